@@ -1,0 +1,73 @@
+// The `cordon` binary: one verb per command; `cordon --help` lists them.
+
+#include <array>
+#include <iostream>
+#include <string_view>
+#include <vector>
+
+#include "cli/verbs.hpp"
+
+namespace {
+
+struct verb {
+    std::string_view name;
+    std::string_view summary;
+    int (*run)(cordon::cli::args);
+};
+
+constexpr std::array<verb, 1> verbs{{
+    {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
+     cordon::cli::check_config},
+}};
+
+void print_usage(std::ostream& out) {
+    out << "usage: cordon <verb> [options]\n\n"
+           "cordon is an egress proxy and kill switch for AI-agent sandboxes.\n\n"
+           "verbs:\n";
+    for (const auto& v : verbs) {
+        out << "  " << v.name << std::string(16 - v.name.size(), ' ') << v.summary << '\n';
+    }
+    out << "\noptions:\n"
+           "  -h, --help      show this help (and `cordon <verb> --help` for a verb)\n"
+           "  --version       print the version\n";
+}
+
+}  // namespace
+
+namespace cordon::cli {
+
+bool wants_help(args a) {
+    for (const auto& s : a) {
+        if (s == "-h" || s == "--help") {
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace cordon::cli
+
+int main(int argc, char** argv) {
+    const std::vector<std::string_view> all(argv + (argc > 0 ? 1 : 0), argv + argc);
+    if (all.empty()) {
+        print_usage(std::cerr);
+        return 2;
+    }
+    const std::string_view first = all.front();
+    if (first == "-h" || first == "--help" || first == "help") {
+        print_usage(std::cout);
+        return 0;
+    }
+    if (first == "--version" || first == "version") {
+        std::cout << "cordon " << CORDON_VERSION << '\n';
+        return 0;
+    }
+    for (const auto& v : verbs) {
+        if (v.name == first) {
+            return v.run(cordon::cli::args(all).subspan(1));
+        }
+    }
+    std::cerr << "cordon: unknown verb '" << first << "'\n\n";
+    print_usage(std::cerr);
+    return 2;
+}

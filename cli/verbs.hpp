@@ -1,0 +1,18 @@
+#pragma once
+// The verbs of the `cordon` binary. Each takes the arguments after the verb and returns
+// the process exit code: 0 success, 1 failure, 2 usage error.
+
+#include <span>
+#include <string_view>
+
+namespace cordon::cli {
+
+/// Arguments after the verb name.
+using args = std::span<const std::string_view>;
+
+int check_config(args a);
+
+/// True when `a` asks for help ("-h" or "--help").
+bool wants_help(args a);
+
+}  // namespace cordon::cli

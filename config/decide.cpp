@@ -1,0 +1,201 @@
+#include "config/decide.hpp"
+
+#include <array>
+
+#include "config/classify.hpp"
+#include "config/host.hpp"
+#include "config/tables.hpp"
+
+namespace cordon::config {
+
+std::string_view to_string(deny_reason r) noexcept {
+    static constexpr std::array<std::string_view, deny_reason_count> names{
+        "none",           "no_rule",      "port",          "protocol",
+        "method",         "private_address", "bad_request", "unknown_job",
+        "sni_mismatch",   "kill_switch",  "session_killed", "token_expired",
+        "auth",           "limit",        "budget",         "policy_changed",
+    };
+    const auto i = static_cast<std::size_t>(r);
+    return i < names.size() ? names[i] : "unknown";
+}
+
+namespace {
+
+// How far a rule got in matching a request; the furthest stage reached over all candidate
+// rules names the deny reason.
+enum stage : int { no_match = 0, host_ok, port_ok, protocol_ok, all_ok };
+
+deny_reason reason_for(int best) {
+    switch (best) {
+        case host_ok: return deny_reason::port;
+        case port_ok: return deny_reason::protocol;
+        case protocol_ok: return deny_reason::method;
+        case all_ok: return deny_reason::none;
+        default: return deny_reason::no_rule;
+    }
+}
+
+bool protocol_fits(protocol p, request_kind k) {
+    return k == request_kind::http ? p == protocol::http : p != protocol::http;
+}
+
+// Walks candidate rules, most specific list first, and keeps the furthest match.
+class matcher {
+public:
+    matcher(const job& j, const decide_args& args) : job_(j), args_(args) {}
+
+    // Returns true when a rule allowed the request (then stop looking). For an IP literal,
+    // `literal` is its classification: a cidr rule takes part only when it may open the
+    // address at all (see prefix_allows), so 0.0.0.0/0 never even matches 127.0.0.1.
+    bool consider(const rule_list& rules, const classification* literal = nullptr) {
+        for (const std::uint32_t i : rules) {
+            const egress_rule& r = job_.egress[i];
+            if (literal != nullptr && !literal->is_public() &&
+                !literal->range.contains(*r.net)) {
+                continue;
+            }
+            int s = host_ok;
+            if (r.allows_port(args_.port)) {
+                s = port_ok;
+                if (protocol_fits(r.proto, args_.kind)) {
+                    s = protocol_ok;
+                    if (args_.kind != request_kind::http || r.allows_method(args_.method)) {
+                        s = all_ok;
+                    }
+                }
+            }
+            if (s > best_) {
+                best_ = s;
+                result_.rule = &r;
+                result_.rule_index = static_cast<int>(i);
+            }
+            if (s == all_ok) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    decision result() {
+        result_.reason = reason_for(best_);
+        return result_;
+    }
+
+private:
+    const job& job_;
+    const decide_args& args_;
+    int best_ = no_match;
+    decision result_;
+};
+
+decision deny(deny_reason r) {
+    decision d;
+    d.reason = r;
+    return d;
+}
+
+decision decide_address(const job& j, const job_tables& t, const decide_args& args,
+                        const ip_address& a) {
+    const classification c = classify(a);
+    matcher m(j, args);
+    for (const prefix_level& level : a.is_v4() ? t.v4 : t.v6) {
+        const auto it = level.nets.find(mask(a, level.len).bytes());
+        if (it != level.nets.end() && m.consider(it->second, &c)) {
+            return m.result();
+        }
+    }
+    decision d = m.result();
+    if (!c.is_public() && d.reason == deny_reason::no_rule) {
+        // An attempt at a non-public address says more than "no rule": flag it as such.
+        d.reason = deny_reason::private_address;
+    }
+    return d;
+}
+
+decision decide_name(const job& j, const job_tables& t, const decide_args& args,
+                     std::string_view host) {
+    matcher m(j, args);
+    if (const auto it = t.exact.find(host); it != t.exact.end() && m.consider(it->second)) {
+        return m.result();
+    }
+    if (!t.wildcard.empty()) {
+        // "*.example.com" is stored under "example.com"; try every proper suffix of the
+        // host, longest first, so the most specific wildcard wins.
+        for (std::size_t dot = host.find('.'); dot != std::string_view::npos;
+             dot = host.find('.', dot + 1)) {
+            const auto it = t.wildcard.find(host.substr(dot + 1));
+            if (it != t.wildcard.end() && m.consider(it->second)) {
+                return m.result();
+            }
+        }
+    }
+    return m.result();
+}
+
+}  // namespace
+
+decision decide(const decide_args& args, const compiled_policy& p) {
+    const int ji = p.job_index(args.job);
+    if (ji < 0) {
+        return deny(deny_reason::unknown_job);
+    }
+    const job& j = p.source().jobs[static_cast<std::size_t>(ji)];
+    const job_tables& t = p.index().per_job[static_cast<std::size_t>(ji)];
+    if (args.port == 0) {
+        return deny(deny_reason::bad_request);
+    }
+    const literal lit = parse_literal(args.host);
+    switch (lit.kind) {
+        case literal_kind::ipv4:
+        case literal_kind::ipv6:
+            if (!lit.zone.empty()) {
+                return deny(deny_reason::bad_request);  // scoped addresses are never egress
+            }
+            return decide_address(j, t, args, lit.address);
+        case literal_kind::non_canonical:
+        case literal_kind::invalid:
+            return deny(deny_reason::bad_request);
+        case literal_kind::not_ip:
+            break;
+    }
+    char buf[max_host_length + 1];
+    const std::size_t n = normalise_host_into(args.host, buf);
+    if (n == 0) {
+        return deny(deny_reason::bad_request);
+    }
+    return decide_name(j, t, args, std::string_view(buf, n));
+}
+
+bool prefix_allows(const cidr& prefix, const ip_address& a) noexcept {
+    if (!prefix.contains(a)) {
+        return false;
+    }
+    const classification c = classify(a);
+    return c.is_public() || c.range.contains(prefix);
+}
+
+decision check_addresses(const decision& allowed, std::span<const ip_address> addresses) {
+    if (!allowed.allowed() || allowed.rule == nullptr) {
+        return allowed;
+    }
+    for (const ip_address& a : addresses) {
+        if (classify(a).is_public()) {
+            continue;
+        }
+        bool covered = false;
+        for (const cidr& r : allowed.rule->resolves_to) {
+            if (prefix_allows(r, a)) {
+                covered = true;
+                break;
+            }
+        }
+        if (!covered) {
+            decision d = allowed;
+            d.reason = deny_reason::private_address;
+            return d;
+        }
+    }
+    return allowed;
+}
+
+}  // namespace cordon::config

@@ -1,0 +1,956 @@
+#include "config/load.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <tuple>
+
+#include "config/classify.hpp"
+#include "config/units.hpp"
+
+namespace cordon::config {
+
+std::string diagnostic::to_string() const {
+    if (line <= 0) {
+        return file + ": " + message;
+    }
+    return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message;
+}
+
+namespace {
+
+constexpr int max_job_name = 64;
+constexpr std::uint32_t max_tunnels_limit = 1'000'000;
+constexpr int max_retention_days = 3650;
+constexpr int max_stop_seconds_limit = 3600;
+constexpr auto min_ttl = std::chrono::minutes(1);
+constexpr auto max_ttl = std::chrono::hours(24);
+
+std::string kind_of(const YAML::Node& n) {
+    switch (n.Type()) {
+        case YAML::NodeType::Null: return "nothing";
+        case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+        case YAML::NodeType::Sequence: return "a list";
+        case YAML::NodeType::Map: return "a mapping";
+        case YAML::NodeType::Undefined: return "nothing";
+    }
+    return "something else";
+}
+
+bool valid_job_name(std::string_view s) {
+    if (s.empty() || s.size() > static_cast<std::size_t>(max_job_name)) {
+        return false;
+    }
+    auto alnum = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    };
+    if (!alnum(s.front())) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(),
+                       [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+bool valid_env_name(std::string_view s) {
+    if (s.empty() || (s[0] >= '0' && s[0] <= '9')) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_';
+    });
+}
+
+// RFC 9110 token characters, as methods are written: upper case by convention and required
+// here so that "get" in a policy is caught rather than silently never matching.
+bool valid_method(std::string_view s) {
+    return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
+    });
+}
+
+bool absolute_path(std::string_view s) {
+    return !s.empty() && s.front() == '/' && s.find('\0') == std::string_view::npos;
+}
+
+// True when path `inner` is `outer` or lies below it.
+bool path_within(std::string_view inner, std::string_view outer) {
+    while (outer.size() > 1 && outer.back() == '/') {
+        outer.remove_suffix(1);
+    }
+    if (outer == "/") {
+        return true;
+    }
+    return inner == outer || (inner.starts_with(outer) && inner.size() > outer.size() &&
+                              inner[outer.size()] == '/');
+}
+
+// Walks the YAML tree of a policy, filling a `policy` and collecting every error.
+class loader {
+public:
+    explicit loader(std::string file) : file_(std::move(file)) {}
+
+    std::vector<diagnostic>& errors() { return errors_; }
+
+    void error(const YAML::Mark& m, const std::string& path, const std::string& msg) {
+        diagnostic d;
+        d.file = file_;
+        d.line = m.is_null() ? 0 : m.line + 1;
+        d.column = m.is_null() ? 0 : m.column + 1;
+        d.message = path.empty() ? msg : path + ": " + msg;
+        errors_.push_back(std::move(d));
+    }
+    void error(const YAML::Node& n, const std::string& path, const std::string& msg) {
+        error(n.Mark(), path, msg);
+    }
+
+    void load(const YAML::Node& root, policy& p) {
+        if (!root.IsMap()) {
+            error(root, "", "a policy is a mapping with keys listen, jobs, ...; got " +
+                                kind_of(root));
+            return;
+        }
+        const auto keys = check_keys(root, "", {"listen", "admin", "dns", "state", "audit",
+                                                "alerts", "kill", "jobs"});
+        // Jobs first: later sections refer to job names.
+        if (const auto* n = find(keys, "jobs")) {
+            load_jobs(*n, p);
+        } else {
+            error(root, "", "missing key 'jobs' (write `jobs: {}` for a policy that allows "
+                            "nothing)");
+        }
+        if (const auto* n = find(keys, "listen")) {
+            load_listen(*n, p.listen);
+        } else {
+            error(root, "", "missing key 'listen' (at least `listen: { proxy: ADDR:PORT }`)");
+        }
+        if (const auto* n = find(keys, "admin")) {
+            load_admin(*n, p.admin);
+        }
+        if (p.listen.admin && !p.admin.token_file) {
+            const YAML::Node* at = find(keys, "admin");
+            error(at != nullptr ? at->Mark() : root.Mark(), "admin",
+                  "missing 'token_file': the admin API is never open without a token");
+        }
+        if (const auto* n = find(keys, "dns")) {
+            load_dns(*n, p);
+        }
+        if (const auto* n = find(keys, "state")) {
+            load_state(*n, p.state);
+        }
+        if (const auto* n = find(keys, "audit")) {
+            load_audit(*n, p.audit);
+        }
+        if (const auto* n = find(keys, "alerts")) {
+            load_alerts(*n, p.alerts);
+        }
+        if (const auto* n = find(keys, "kill")) {
+            load_kill(*n, p.kill);
+        }
+        check_sources(p);
+    }
+
+private:
+    using key_list = std::vector<std::pair<std::string, YAML::Node>>;
+
+    static const YAML::Node* find(const key_list& keys, std::string_view name) {
+        for (const auto& [k, v] : keys) {
+            if (k == name) {
+                return &v;
+            }
+        }
+        return nullptr;
+    }
+
+    // Returns the entries of a mapping, reporting unknown and duplicate keys. Entries whose
+    // value is null count as absent, so `webhook: null` and a missing key read the same.
+    key_list check_keys(const YAML::Node& map, const std::string& path,
+                        std::initializer_list<std::string_view> allowed, bool keep_null = false) {
+        key_list out;
+        std::set<std::string> seen;
+        for (auto it = map.begin(); it != map.end(); ++it) {
+            const YAML::Node& key = it->first;
+            if (!key.IsScalar()) {
+                error(key, path, "keys must be plain words, got " + kind_of(key));
+                continue;
+            }
+            const std::string& k = key.Scalar();
+            const std::string where = path.empty() ? k : path + "." + k;
+            if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+                std::string list;
+                for (const auto& a : allowed) {
+                    list += list.empty() ? "" : ", ";
+                    list += a;
+                }
+                error(key, path.empty() ? std::string("policy") : path,
+                      "unknown key '" + k + "' (expected one of: " + list + ")");
+                continue;
+            }
+            if (!seen.insert(k).second) {
+                error(key, where, "key given twice");
+                continue;
+            }
+            if (!keep_null && it->second.IsNull()) {
+                continue;
+            }
+            out.emplace_back(k, it->second);
+        }
+        return out;
+    }
+
+    bool expect_map(const YAML::Node& n, const std::string& path) {
+        if (!n.IsMap()) {
+            error(n, path, "expected a mapping, got " + kind_of(n));
+            return false;
+        }
+        return true;
+    }
+
+    bool expect_list(const YAML::Node& n, const std::string& path, const std::string& what) {
+        if (!n.IsSequence()) {
+            error(n, path, "expected a list of " + what + ", got " + kind_of(n));
+            return false;
+        }
+        return true;
+    }
+
+    std::optional<std::string> get_string(const YAML::Node& n, const std::string& path,
+                                          bool allow_empty = false) {
+        if (!n.IsScalar()) {
+            error(n, path, "expected a string, got " + kind_of(n));
+            return std::nullopt;
+        }
+        if (!allow_empty && n.Scalar().empty()) {
+            error(n, path, "must not be empty");
+            return std::nullopt;
+        }
+        if (n.Scalar().find('\0') != std::string::npos) {
+            error(n, path, "contains a NUL byte");
+            return std::nullopt;
+        }
+        return n.Scalar();
+    }
+
+    std::optional<std::int64_t> get_int(const YAML::Node& n, const std::string& path,
+                                        std::int64_t lo, std::int64_t hi,
+                                        const std::string& what) {
+        const std::string expected =
+            "expected " + what + " " + std::to_string(lo) + ".." + std::to_string(hi);
+        if (!n.IsScalar()) {
+            error(n, path, expected + ", got " + kind_of(n));
+            return std::nullopt;
+        }
+        const std::string& s = n.Scalar();
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec != std::errc() || end != s.data() + s.size() ||
+            (s.size() > 1 && s[0] == '0')) {
+            error(n, path, expected + ", got " + kind_of(n));
+            return std::nullopt;
+        }
+        if (v < lo || v > hi) {
+            error(n, path, s + " is out of range; " + expected);
+            return std::nullopt;
+        }
+        return v;
+    }
+
+    std::vector<std::string> get_strings(const YAML::Node& n, const std::string& path,
+                                         const std::string& what) {
+        std::vector<std::string> out;
+        if (!expect_list(n, path, what)) {
+            return out;
+        }
+        for (std::size_t i = 0; i < n.size(); ++i) {
+            if (auto s = get_string(n[i], path + "[" + std::to_string(i) + "]")) {
+                out.push_back(std::move(*s));
+            }
+        }
+        return out;
+    }
+
+    std::optional<std::string> get_path(const YAML::Node& n, const std::string& path) {
+        auto s = get_string(n, path);
+        if (s && !absolute_path(*s)) {
+            error(n, path, "'" + *s + "' is not an absolute path");
+            return std::nullopt;
+        }
+        return s;
+    }
+
+    std::optional<cidr> get_cidr(const YAML::Node& n, const std::string& path) {
+        auto s = get_string(n, path);
+        if (!s) {
+            return std::nullopt;
+        }
+        cidr_result r = parse_cidr(*s);
+        if (!r.value) {
+            error(n, path, r.error);
+            return std::nullopt;
+        }
+        return r.value;
+    }
+
+    std::vector<cidr> get_cidrs(const YAML::Node& n, const std::string& path) {
+        std::vector<cidr> out;
+        if (!expect_list(n, path, "CIDR prefixes")) {
+            return out;
+        }
+        for (std::size_t i = 0; i < n.size(); ++i) {
+            if (auto c = get_cidr(n[i], path + "[" + std::to_string(i) + "]")) {
+                out.push_back(*c);
+            }
+        }
+        return out;
+    }
+
+    std::optional<endpoint> get_endpoint(const YAML::Node& n, const std::string& path) {
+        auto s = get_string(n, path);
+        if (!s) {
+            return std::nullopt;
+        }
+        endpoint_result r = parse_endpoint(*s);
+        if (!r.value) {
+            error(n, path, r.error);
+        }
+        return r.value;
+    }
+
+    void load_listen(const YAML::Node& n, listen_spec& out) {
+        if (!expect_map(n, "listen")) {
+            return;
+        }
+        const auto keys = check_keys(n, "listen", {"proxy", "dns", "admin"});
+        if (const auto* v = find(keys, "proxy")) {
+            if (auto e = get_endpoint(*v, "listen.proxy")) {
+                out.proxy = *e;
+            }
+        } else {
+            error(n, "listen", "missing key 'proxy' (e.g. `proxy: 127.0.0.1:3128`)");
+        }
+        if (const auto* v = find(keys, "dns")) {
+            out.dns = get_endpoint(*v, "listen.dns");
+        }
+        if (const auto* v = find(keys, "admin")) {
+            out.admin = get_endpoint(*v, "listen.admin");
+        }
+        // Two listeners on one TCP address and port cannot both bind.
+        auto clash = [&](const std::optional<endpoint>& a, const std::optional<endpoint>& b,
+                         const char* a_name, const char* b_name) {
+            if (a && b && a->port != 0 && *a == *b) {
+                error(n, "listen", std::string(a_name) + " and " + b_name + " both use " +
+                                       a->to_string());
+            }
+        };
+        const std::optional<endpoint> proxy =
+            find(keys, "proxy") != nullptr ? std::optional<endpoint>(out.proxy) : std::nullopt;
+        clash(proxy, out.dns, "proxy", "dns");
+        clash(proxy, out.admin, "proxy", "admin");
+        clash(out.dns, out.admin, "dns", "admin");
+    }
+
+    void load_admin(const YAML::Node& n, admin_spec& out) {
+        if (!expect_map(n, "admin")) {
+            return;
+        }
+        const auto keys = check_keys(n, "admin", {"token_file", "tls"});
+        if (const auto* v = find(keys, "token_file")) {
+            out.token_file = get_path(*v, "admin.token_file");
+        }
+        if (const auto* v = find(keys, "tls")) {
+            if (!expect_map(*v, "admin.tls")) {
+                return;
+            }
+            const auto tk = check_keys(*v, "admin.tls", {"cert", "key", "client_ca"});
+            tls_files t;
+            bool ok = true;
+            for (const char* name : {"cert", "key"}) {
+                const auto* f = find(tk, name);
+                if (f == nullptr) {
+                    error(*v, "admin.tls", std::string("missing key '") + name + "'");
+                    ok = false;
+                    continue;
+                }
+                auto s = get_path(*f, std::string("admin.tls.") + name);
+                ok = ok && s.has_value();
+                (std::string_view(name) == "cert" ? t.cert : t.key) = s.value_or("");
+            }
+            if (const auto* f = find(tk, "client_ca")) {
+                t.client_ca = get_path(*f, "admin.tls.client_ca");
+            }
+            if (ok) {
+                out.tls = std::move(t);
+            }
+        }
+    }
+
+    void load_dns(const YAML::Node& n, policy& p) {
+        if (!expect_map(n, "dns")) {
+            return;
+        }
+        const auto keys = check_keys(n, "dns", {"upstream", "deny_rcode", "default_job"});
+        if (const auto* v = find(keys, "upstream")) {
+            if (expect_list(*v, "dns.upstream", "'system' or ADDRESS:PORT servers")) {
+                p.dns.upstream.clear();
+                for (std::size_t i = 0; i < v->size(); ++i) {
+                    const std::string path = "dns.upstream[" + std::to_string(i) + "]";
+                    const YAML::Node item = (*v)[i];
+                    auto s = get_string(item, path);
+                    if (!s) {
+                        continue;
+                    }
+                    if (*s == "system") {
+                        p.dns.upstream.push_back(dns_upstream{true, {}});
+                    } else if (auto e = get_endpoint(item, path)) {
+                        p.dns.upstream.push_back(dns_upstream{false, *e});
+                    }
+                }
+                if (v->size() == 0) {
+                    error(*v, "dns.upstream", "must name at least one server (or 'system')");
+                }
+            }
+        }
+        if (const auto* v = find(keys, "deny_rcode")) {
+            if (auto s = get_string(*v, "dns.deny_rcode")) {
+                if (*s == "REFUSED") {
+                    p.dns.deny = deny_rcode::refused;
+                } else if (*s == "NXDOMAIN") {
+                    p.dns.deny = deny_rcode::nxdomain;
+                } else {
+                    error(*v, "dns.deny_rcode", "expected REFUSED or NXDOMAIN, got '" + *s + "'");
+                }
+            }
+        }
+        if (const auto* v = find(keys, "default_job")) {
+            if (auto s = get_string(*v, "dns.default_job")) {
+                if (p.find_job(*s) == nullptr) {
+                    error(*v, "dns.default_job", "no job named '" + *s + "' in jobs");
+                } else {
+                    p.dns.default_job = std::move(*s);
+                }
+            }
+        }
+    }
+
+    void load_state(const YAML::Node& n, state_spec& out) {
+        if (!expect_map(n, "state")) {
+            return;
+        }
+        const auto keys = check_keys(n, "state", {"path"});
+        if (const auto* v = find(keys, "path")) {
+            if (auto s = get_path(*v, "state.path")) {
+                out.path = std::move(*s);
+            }
+        }
+    }
+
+    void load_audit(const YAML::Node& n, audit_spec& out) {
+        if (!expect_map(n, "audit")) {
+            return;
+        }
+        const auto keys = check_keys(n, "audit", {"path", "retention_days"});
+        if (const auto* v = find(keys, "path")) {
+            if (auto s = get_path(*v, "audit.path")) {
+                out.path = std::move(*s);
+            }
+        }
+        if (const auto* v = find(keys, "retention_days")) {
+            if (auto d = get_int(*v, "audit.retention_days", 1, max_retention_days, "days")) {
+                out.retention_days = static_cast<int>(*d);
+            }
+        }
+    }
+
+    void load_alerts(const YAML::Node& n, alerts_spec& out) {
+        if (!expect_map(n, "alerts")) {
+            return;
+        }
+        const auto keys = check_keys(n, "alerts", {"webhook"});
+        if (const auto* v = find(keys, "webhook")) {
+            if (auto s = get_string(*v, "alerts.webhook")) {
+                if (!s->starts_with("http://") && !s->starts_with("https://")) {
+                    error(*v, "alerts.webhook", "expected an http:// or https:// URL");
+                } else if (s->find_first_of(" \t\r\n") != std::string::npos) {
+                    error(*v, "alerts.webhook", "URL contains whitespace");
+                } else {
+                    out.webhook = std::move(*s);
+                }
+            }
+        }
+    }
+
+    void load_kill(const YAML::Node& n, kill_spec& out) {
+        if (!expect_map(n, "kill")) {
+            return;
+        }
+        const auto keys = check_keys(n, "kill", {"stop_authority", "max_stop_seconds"});
+        if (const auto* v = find(keys, "stop_authority")) {
+            out.stop_authority = get_strings(*v, "kill.stop_authority", "people or teams");
+        }
+        if (const auto* v = find(keys, "max_stop_seconds")) {
+            if (auto s = get_int(*v, "kill.max_stop_seconds", 1, max_stop_seconds_limit,
+                                 "seconds")) {
+                out.max_stop_seconds = static_cast<int>(*s);
+            }
+        }
+    }
+
+    void load_jobs(const YAML::Node& n, policy& p) {
+        if (n.IsNull()) {
+            return;
+        }
+        if (!expect_map(n, "jobs")) {
+            return;
+        }
+        std::set<std::string> seen;
+        for (auto it = n.begin(); it != n.end(); ++it) {
+            const YAML::Node& key = it->first;
+            if (!key.IsScalar()) {
+                error(key, "jobs", "job names must be plain words, got " + kind_of(key));
+                continue;
+            }
+            const std::string& name = key.Scalar();
+            const std::string path = "jobs." + name;
+            if (!valid_job_name(name)) {
+                error(key, path, "job names are 1-64 characters of [A-Za-z0-9._-], starting "
+                                 "with a letter or digit");
+                continue;
+            }
+            if (!seen.insert(name).second) {
+                error(key, path, "duplicate job name");
+                continue;
+            }
+            job j;
+            j.name = name;
+            j.pos = {key.Mark().line + 1, key.Mark().column + 1};
+            load_job(it->second, path, j);
+            p.jobs.push_back(std::move(j));
+        }
+    }
+
+    void load_job(const YAML::Node& n, const std::string& path, job& j) {
+        if (!expect_map(n, path)) {
+            return;
+        }
+        const auto keys =
+            check_keys(n, path, {"task", "inputs", "outputs", "mode", "egress", "limits",
+                                 "sources", "identity", "filesystem", "env"});
+        if (const auto* v = find(keys, "task")) {
+            j.task = get_string(*v, path + ".task").value_or("");
+        } else {
+            error(n, path, "missing key 'task' (say what the agent is for)");
+        }
+        if (const auto* v = find(keys, "inputs")) {
+            j.inputs = get_strings(*v, path + ".inputs", "strings");
+        }
+        if (const auto* v = find(keys, "outputs")) {
+            j.outputs = get_strings(*v, path + ".outputs", "strings");
+        }
+        if (const auto* v = find(keys, "mode")) {
+            if (auto s = get_string(*v, path + ".mode")) {
+                if (*s == "enforce") {
+                    j.mode = job_mode::enforce;
+                } else if (*s == "report") {
+                    j.mode = job_mode::report;
+                } else {
+                    error(*v, path + ".mode", "expected enforce or report, got '" + *s + "'");
+                }
+            }
+        }
+        if (const auto* v = find(keys, "egress")) {
+            if (expect_list(*v, path + ".egress", "rules")) {
+                for (std::size_t i = 0; i < v->size(); ++i) {
+                    egress_rule r;
+                    const std::string rp = path + ".egress[" + std::to_string(i) + "]";
+                    if (load_rule((*v)[i], rp, r)) {
+                        j.egress.push_back(std::move(r));
+                    }
+                }
+            }
+        }
+        if (const auto* v = find(keys, "limits")) {
+            load_limits(*v, path + ".limits", j.limits);
+        }
+        if (const auto* v = find(keys, "sources")) {
+            j.sources = get_cidrs(*v, path + ".sources");
+        }
+        if (const auto* v = find(keys, "identity")) {
+            load_identity(*v, path + ".identity", j.identity);
+        }
+        if (const auto* v = find(keys, "filesystem")) {
+            load_filesystem(*v, path + ".filesystem", j.filesystem);
+        }
+        if (const auto* v = find(keys, "env")) {
+            const std::string ep = path + ".env";
+            if (expect_list(*v, ep, "variable names")) {
+                std::set<std::string> names;
+                for (std::size_t i = 0; i < v->size(); ++i) {
+                    const std::string ip = ep + "[" + std::to_string(i) + "]";
+                    auto s = get_string((*v)[i], ip);
+                    if (!s) {
+                        continue;
+                    }
+                    if (!valid_env_name(*s)) {
+                        error((*v)[i], ip, "'" + *s + "' is not a variable name");
+                    } else if (!names.insert(*s).second) {
+                        error((*v)[i], ip, "'" + *s + "' listed twice");
+                    } else {
+                        j.env.push_back(std::move(*s));
+                    }
+                }
+            }
+        }
+    }
+
+    // Returns false when the rule is unusable; errors are reported either way.
+    bool load_rule(const YAML::Node& n, const std::string& path, egress_rule& r) {
+        if (!expect_map(n, path)) {
+            return false;
+        }
+        r.pos = {n.Mark().line + 1, n.Mark().column + 1};
+        const std::size_t errors_before = errors_.size();
+        const auto keys =
+            check_keys(n, path, {"host", "cidr", "ports", "protocol", "methods", "resolves_to"});
+        const auto* host = find(keys, "host");
+        const auto* net = find(keys, "cidr");
+        if (host != nullptr && net != nullptr) {
+            error(n, path, "give either 'host' or 'cidr', not both");
+        } else if (host == nullptr && net == nullptr) {
+            error(n, path, "missing 'host' (a name or \"*.domain\") or 'cidr' (addresses)");
+        }
+        if (host != nullptr) {
+            if (auto s = get_string(*host, path + ".host")) {
+                host_pattern_result h = parse_host_pattern(*s);
+                if (h.ok()) {
+                    r.host = std::move(h.value);
+                } else {
+                    error(*host, path + ".host", "'" + *s + "': " + h.error);
+                }
+            }
+        }
+        if (net != nullptr) {
+            r.net = get_cidr(*net, path + ".cidr");
+        }
+        if (const auto* v = find(keys, "ports")) {
+            load_ports(*v, path + ".ports", r.ports);
+        } else {
+            error(n, path, "missing 'ports' (ports are never implied; e.g. `ports: [443]`)");
+        }
+        const auto* proto = find(keys, "protocol");
+        if (proto != nullptr) {
+            if (auto s = get_string(*proto, path + ".protocol")) {
+                if (*s == "tls") {
+                    r.proto = protocol::tls;
+                } else if (*s == "tcp") {
+                    r.proto = protocol::tcp;
+                } else if (*s == "http") {
+                    r.proto = protocol::http;
+                } else {
+                    error(*proto, path + ".protocol",
+                          "unknown protocol '" + *s + "' (expected tls, tcp or http)");
+                }
+            }
+        }
+        if (net != nullptr) {
+            if (proto == nullptr) {
+                error(n, path, "a 'cidr' rule must name its protocol: tcp or http (tls needs "
+                               "a host name for the SNI check)");
+            } else if (r.proto == protocol::tls && proto->IsScalar() &&
+                       proto->Scalar() == "tls") {
+                error(*proto, path + ".protocol",
+                      "tls needs a host name to check the SNI against; use tcp for a 'cidr' "
+                      "rule");
+            }
+        }
+        if (const auto* v = find(keys, "methods")) {
+            if (r.proto != protocol::http) {
+                error(*v, path + ".methods", "'methods' applies only to protocol: http");
+            } else if (expect_list(*v, path + ".methods", "HTTP methods")) {
+                for (std::size_t i = 0; i < v->size(); ++i) {
+                    const std::string mp = path + ".methods[" + std::to_string(i) + "]";
+                    auto s = get_string((*v)[i], mp);
+                    if (!s) {
+                        continue;
+                    }
+                    if (!valid_method(*s)) {
+                        error((*v)[i], mp, "'" + *s + "' is not an HTTP method (write it in "
+                                           "upper case, e.g. GET)");
+                    } else if (*s == "CONNECT") {
+                        error((*v)[i], mp, "CONNECT is not forwarded by http rules; use a tls "
+                                           "or tcp rule");
+                    } else if (std::find(r.methods.begin(), r.methods.end(), *s) !=
+                               r.methods.end()) {
+                        error((*v)[i], mp, "'" + *s + "' listed twice");
+                    } else {
+                        r.methods.push_back(std::move(*s));
+                    }
+                }
+                if (v->size() == 0) {
+                    error(*v, path + ".methods",
+                          "an empty list allows no method; leave 'methods' out to allow any");
+                }
+            }
+        }
+        if (const auto* v = find(keys, "resolves_to")) {
+            if (net != nullptr) {
+                error(*v, path + ".resolves_to", "applies only to 'host' rules");
+            } else {
+                load_resolves_to(*v, path + ".resolves_to", r.resolves_to);
+            }
+        }
+        return errors_.size() == errors_before;
+    }
+
+    void load_ports(const YAML::Node& n, const std::string& path,
+                    std::vector<std::uint16_t>& out) {
+        if (!expect_list(n, path, "ports")) {
+            return;
+        }
+        if (n.size() == 0) {
+            error(n, path, "empty: list at least one port (ports are never implied)");
+            return;
+        }
+        for (std::size_t i = 0; i < n.size(); ++i) {
+            const std::string pp = path + "[" + std::to_string(i) + "]";
+            if (auto v = get_int(n[i], pp, 1, 65535, "a port")) {
+                const auto port = static_cast<std::uint16_t>(*v);
+                if (std::find(out.begin(), out.end(), port) != out.end()) {
+                    error(n[i], pp, "port " + std::to_string(port) + " listed twice");
+                } else {
+                    out.push_back(port);
+                }
+            }
+        }
+        std::sort(out.begin(), out.end());
+    }
+
+    void load_resolves_to(const YAML::Node& n, const std::string& path,
+                          std::vector<cidr>& out) {
+        const std::vector<cidr> nets = get_cidrs(n, path);
+        if (!n.IsSequence()) {
+            return;
+        }
+        if (nets.size() != n.size()) {
+            return;  // a bad entry was reported
+        }
+        for (std::size_t i = 0; i < nets.size(); ++i) {
+            // resolves_to only widens a rule into non-public space; public addresses need
+            // no permission, and a prefix such as 0.0.0.0/0 would silently open loopback and
+            // metadata too.
+            const classification c = classify(nets[i].network);
+            const std::string ip = path + "[" + std::to_string(i) + "]";
+            if (c.is_public()) {
+                error(n[i], ip, nets[i].to_string() + " is public address space; resolves_to "
+                                "lists only the non-public ranges a name may resolve into");
+            } else if (!c.range.contains(nets[i])) {
+                error(n[i], ip, nets[i].to_string() + " reaches beyond the " +
+                                    std::string(to_string(c.cls)) + " range " +
+                                    c.range.to_string() + "; resolves_to lists only "
+                                    "non-public ranges, one entry per range");
+            } else {
+                out.push_back(nets[i]);
+            }
+        }
+    }
+
+    void load_limits(const YAML::Node& n, const std::string& path, job_limits& out) {
+        if (!expect_map(n, path)) {
+            return;
+        }
+        const auto keys = check_keys(n, path, {"max_tunnels", "max_bytes_up"});
+        if (const auto* v = find(keys, "max_tunnels")) {
+            if (auto t = get_int(*v, path + ".max_tunnels", 1, max_tunnels_limit, "a count")) {
+                out.max_tunnels = static_cast<std::uint32_t>(*t);
+            }
+        }
+        if (const auto* v = find(keys, "max_bytes_up")) {
+            if (auto s = get_string(*v, path + ".max_bytes_up")) {
+                auto size = parse_size(*s);
+                if (!size || *size == 0) {
+                    error(*v, path + ".max_bytes_up",
+                          "expected a size above 0 such as 500MB or 1GiB, got '" + *s + "'");
+                } else {
+                    out.max_bytes_up = *size;
+                }
+            }
+        }
+    }
+
+    void load_identity(const YAML::Node& n, const std::string& path, identity_spec& out) {
+        if (!expect_map(n, path)) {
+            return;
+        }
+        const auto keys = check_keys(n, path, {"ttl", "mint", "revoke"});
+        if (const auto* v = find(keys, "ttl")) {
+            if (auto s = get_string(*v, path + ".ttl")) {
+                auto d = parse_duration(*s);
+                if (!d) {
+                    error(*v, path + ".ttl", "expected a duration such as 30m or 2h, got '" +
+                                                 *s + "'");
+                } else if (*d < min_ttl || *d > max_ttl) {
+                    error(*v, path + ".ttl", "'" + *s + "' is outside 1m..24h (tokens are "
+                                             "short-lived)");
+                } else {
+                    out.ttl = *d;
+                }
+            }
+        }
+        if (const auto* v = find(keys, "mint")) {
+            out.mint = get_string(*v, path + ".mint");
+        }
+        if (const auto* v = find(keys, "revoke")) {
+            out.revoke = get_string(*v, path + ".revoke");
+        }
+    }
+
+    void load_filesystem(const YAML::Node& n, const std::string& path, filesystem_spec& out) {
+        if (!expect_map(n, path)) {
+            return;
+        }
+        const auto keys = check_keys(n, path, {"scratch", "never_write"});
+        if (const auto* v = find(keys, "scratch")) {
+            out.scratch = get_path(*v, path + ".scratch");
+            if (out.scratch && *out.scratch == "/") {
+                error(*v, path + ".scratch", "the scratch dir cannot be / (it is wiped)");
+                out.scratch.reset();
+            }
+        }
+        if (const auto* v = find(keys, "never_write")) {
+            if (expect_list(*v, path + ".never_write", "absolute paths")) {
+                for (std::size_t i = 0; i < v->size(); ++i) {
+                    const std::string pp = path + ".never_write[" + std::to_string(i) + "]";
+                    if (auto s = get_path((*v)[i], pp)) {
+                        if (out.scratch && path_within(*out.scratch, *s)) {
+                            error((*v)[i], pp, "scratch dir " + *out.scratch + " lies in "
+                                               "never_write path " + *s);
+                        }
+                        out.never_write.push_back(std::move(*s));
+                    }
+                }
+            }
+        }
+    }
+
+    // A client address must belong to at most one job; overlapping `sources` would make
+    // the job a client gets depend on rule order.
+    void check_sources(const policy& p) {
+        for (std::size_t a = 0; a < p.jobs.size(); ++a) {
+            for (std::size_t b = a + 1; b < p.jobs.size(); ++b) {
+                for (const auto& x : p.jobs[a].sources) {
+                    for (const auto& y : p.jobs[b].sources) {
+                        if (x.contains(y) || y.contains(x)) {
+                            diagnostic d;
+                            d.file = file_;
+                            d.line = p.jobs[b].pos.line;
+                            d.column = p.jobs[b].pos.column;
+                            d.message = "jobs." + p.jobs[b].name + ".sources: " + y.to_string() +
+                                        " overlaps " + x.to_string() + " of job " +
+                                        p.jobs[a].name + "; a client belongs to one job";
+                            errors_.push_back(std::move(d));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    std::string file_;
+    std::vector<diagnostic> errors_;
+};
+
+diagnostic whole_file(std::string_view file, std::string message) {
+    return diagnostic{std::string(file), 0, 0, std::move(message)};
+}
+
+}  // namespace
+
+load_result load_policy(std::string_view text, std::string_view file) {
+    load_result result;
+    if (text.size() > max_policy_bytes) {
+        result.errors.push_back(whole_file(file, "policy is larger than 16 MiB; refusing to "
+                                                 "read it"));
+        return result;
+    }
+    if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+        result.errors.push_back(whole_file(file, "policy is empty"));
+        return result;
+    }
+    if (text.find('\0') != std::string_view::npos) {
+        result.errors.push_back(whole_file(file, "policy contains NUL bytes; is it a text "
+                                                 "file?"));
+        return result;
+    }
+    std::vector<YAML::Node> docs;
+    try {
+        docs = YAML::LoadAll(std::string(text));
+    } catch (const YAML::Exception& e) {
+        diagnostic d = whole_file(file, "not valid YAML: " + e.msg);
+        if (!e.mark.is_null()) {
+            d.line = e.mark.line + 1;
+            d.column = e.mark.column + 1;
+        }
+        result.errors.push_back(std::move(d));
+        return result;
+    }
+    if (docs.empty() || docs[0].IsNull()) {
+        result.errors.push_back(whole_file(file, "policy is empty"));
+        return result;
+    }
+    loader l{std::string(file)};
+    if (docs.size() > 1) {
+        l.error(docs[1], "", "a policy file holds one YAML document; found " +
+                                 std::to_string(docs.size()));
+    }
+    policy p;
+    p.source = std::string(file);
+    try {
+        l.load(docs[0], p);
+    } catch (const YAML::Exception& e) {
+        // Aliases and odd node shapes can still surprise yaml-cpp; never crash on them.
+        l.error(e.mark, "", "could not read the policy: " + e.msg);
+    }
+    result.errors = std::move(l.errors());
+    std::stable_sort(result.errors.begin(), result.errors.end(),
+                     [](const diagnostic& a, const diagnostic& b) {
+                         return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+                     });
+    if (result.errors.empty()) {
+        result.value = std::move(p);
+    }
+    return result;
+}
+
+load_result load_policy_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        load_result r;
+        r.errors.push_back(whole_file(path, "cannot open: " + std::string(std::strerror(errno))));
+        return r;
+    }
+    std::string text;
+    std::vector<char> buf(64 * 1024);
+    while (in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
+        if (text.size() > max_policy_bytes) {
+            load_result r;
+            r.errors.push_back(whole_file(path, "policy is larger than 16 MiB; refusing to "
+                                                "read it"));
+            return r;
+        }
+    }
+    if (in.bad()) {
+        load_result r;
+        r.errors.push_back(whole_file(path, "read error"));
+        return r;
+    }
+    return load_policy(text, path);
+}
+
+}  // namespace cordon::config

@@ -1,0 +1,41 @@
+#pragma once
+// Loading a policy: YAML text -> validated `policy`, or every error at once, each with the
+// line and column it is about. `cordon check-config` and `cordon serve` both use this.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/policy.hpp"
+
+namespace cordon::config {
+
+/// Largest policy file read, in bytes. Anything bigger is refused unread.
+inline constexpr std::size_t max_policy_bytes = 16 * 1024 * 1024;
+
+/// One problem in a policy file.
+struct diagnostic {
+    std::string file;
+    int line = 0;    ///< 1-based; 0 when the problem is the file as a whole
+    int column = 0;  ///< 1-based
+    std::string message;
+
+    /// "FILE:LINE:COL: message", or "FILE: message" without a position.
+    std::string to_string() const;
+};
+
+struct load_result {
+    std::optional<policy> value;     ///< set only when `errors` is empty
+    std::vector<diagnostic> errors;  ///< in file order
+    bool ok() const noexcept { return value.has_value(); }
+};
+
+/// Loads and validates policy text. `file` names it in diagnostics.
+load_result load_policy(std::string_view text, std::string_view file);
+
+/// Reads `path` (at most max_policy_bytes) and loads it.
+load_result load_policy_file(const std::string& path);
+
+}  // namespace cordon::config

@@ -1,0 +1,166 @@
+#pragma once
+// The policy as plain data: what the YAML file says, validated, with defaults filled in.
+// Built by load.hpp; compiled for decisions by decide.hpp. No I/O here.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/host.hpp"
+#include "config/ip.hpp"
+
+namespace cordon::config {
+
+/// Where something was written in the policy file (1-based; 0 when not from a file).
+struct source_pos {
+    int line = 0;
+    int column = 0;
+};
+
+/// How an allowed connection is carried.
+enum class protocol : std::uint8_t {
+    tls,   ///< CONNECT; the TLS ClientHello's SNI must equal the CONNECT host
+    tcp,   ///< CONNECT; raw bytes, no SNI check
+    http,  ///< plain HTTP forwarding of absolute-form requests; `methods` enforced
+};
+std::string_view to_string(protocol p) noexcept;
+
+enum class job_mode : std::uint8_t {
+    enforce,  ///< deny what no rule allows
+    report,   ///< allow, but log what enforce mode would deny
+};
+std::string_view to_string(job_mode m) noexcept;
+
+/// One egress rule of a job card: a host pattern or a CIDR, ports, protocol.
+struct egress_rule {
+    std::optional<host_pattern> host;  ///< exactly one of host and net is set
+    std::optional<cidr> net;
+    std::vector<std::uint16_t> ports;  ///< sorted, unique, never empty
+    protocol proto = protocol::tls;
+    std::vector<std::string> methods;  ///< http only; empty means any method
+    std::vector<cidr> resolves_to;     ///< non-public ranges this host may resolve into
+    source_pos pos;
+
+    bool allows_port(std::uint16_t port) const noexcept;
+    bool allows_method(std::string_view method) const noexcept;
+    /// "api.example.com:443/tls", "203.0.113.0/24:22/tcp": for logs and messages.
+    std::string describe() const;
+};
+
+/// Per-session limits; unset means unlimited.
+struct job_limits {
+    std::optional<std::uint32_t> max_tunnels;
+    std::optional<std::uint64_t> max_bytes_up;
+};
+
+struct identity_spec {
+    std::chrono::milliseconds ttl = std::chrono::minutes(30);  ///< within 1m..24h
+    std::optional<std::string> mint;    ///< command printing a short-lived credential
+    std::optional<std::string> revoke;  ///< command run at session end and on kill
+};
+
+struct filesystem_spec {
+    std::optional<std::string> scratch;    ///< absolute path; the only writable place
+    std::vector<std::string> never_write;  ///< absolute paths
+};
+
+/// A job card: what the agent is for and exactly what that needs.
+struct job {
+    std::string name;
+    std::string task;
+    std::vector<std::string> inputs;
+    std::vector<std::string> outputs;
+    job_mode mode = job_mode::enforce;
+    std::vector<egress_rule> egress;  ///< empty: no egress at all
+    job_limits limits;
+    std::vector<cidr> sources;  ///< clients here belong to this job without a token
+    identity_spec identity;
+    filesystem_spec filesystem;
+    std::vector<std::string> env;  ///< variable names passed into the sandbox
+    source_pos pos;
+};
+
+/// An IP address and port to listen on or to reach.
+struct endpoint {
+    ip_address address;
+    std::uint16_t port = 0;
+    std::string to_string() const;  ///< "127.0.0.1:3128", "[::1]:53"
+    friend bool operator==(const endpoint&, const endpoint&) = default;
+};
+
+/// Parses "127.0.0.1:3128" or "[::1]:3128". Port 0 asks the OS for a free port.
+struct endpoint_result {
+    std::optional<endpoint> value;
+    std::string error;
+};
+endpoint_result parse_endpoint(std::string_view text);
+
+struct listen_spec {
+    endpoint proxy;
+    std::optional<endpoint> dns;    ///< unset: no DNS listener
+    std::optional<endpoint> admin;  ///< unset: no admin listener
+};
+
+struct tls_files {
+    std::string cert;
+    std::string key;
+    std::optional<std::string> client_ca;  ///< set: clients must present a certificate
+};
+
+struct admin_spec {
+    std::optional<std::string> token_file;  ///< required when listen.admin is set
+    std::optional<tls_files> tls;
+};
+
+enum class deny_rcode : std::uint8_t { refused, nxdomain };
+std::string_view to_string(deny_rcode r) noexcept;
+
+struct dns_upstream {
+    bool system = false;  ///< true: the servers of /etc/resolv.conf
+    endpoint server;      ///< when !system
+};
+
+struct dns_spec {
+    std::vector<dns_upstream> upstream{dns_upstream{true, {}}};
+    deny_rcode deny = deny_rcode::refused;
+    std::optional<std::string> default_job;
+};
+
+struct state_spec {
+    std::string path = "/var/lib/cordon";
+};
+
+struct audit_spec {
+    std::string path = "/var/log/cordon";
+    int retention_days = 90;
+};
+
+struct alerts_spec {
+    std::optional<std::string> webhook;  ///< http(s) URL
+};
+
+struct kill_spec {
+    std::vector<std::string> stop_authority;
+    int max_stop_seconds = 60;
+};
+
+/// A whole validated policy file.
+struct policy {
+    std::string source;  ///< file name it was loaded from, for messages
+    listen_spec listen;
+    admin_spec admin;
+    dns_spec dns;
+    state_spec state;
+    audit_spec audit;
+    alerts_spec alerts;
+    kill_spec kill;
+    std::vector<job> jobs;  ///< in file order; names unique
+
+    const job* find_job(std::string_view name) const noexcept;
+    std::size_t rule_count() const noexcept;
+};
+
+}  // namespace cordon::config
