@@ -52,40 +52,50 @@ std::shared_ptr<const compiled_policy> make_compiled() {
     return p;
 }
 
-// A mix of allowed and denied requests, built once, cycled through.
-std::vector<std::string> make_hosts() {
-    std::vector<std::string> hosts;
+struct request {
+    std::string host;
+    std::uint16_t port;
+};
+
+// A mix of requests, built once and cycled through: about half allowed (exact, wildcard,
+// upper case with trailing dot, CIDR), half denied (unknown name, wrong port, wildcard apex).
+std::vector<request> make_requests() {
+    std::vector<request> out;
     for (int i = 0; i < 4096; ++i) {
         const int r = (i * 7919) % rule_count;
-        switch (i % 6) {
-            case 0: hosts.push_back("api" + std::to_string(r - r % 10) + ".svc" +
-                                    std::to_string((r - r % 10) % 997) + ".example.com");
+        const int base = r - r % 10;  // rule index with kind 0 (exact)
+        const std::string exact = "api" + std::to_string(base) + ".svc" +
+                                  std::to_string(base % 997) + ".example.com";
+        const std::string wild = "t" + std::to_string(base + 6) + ".example.net";
+        switch (i % 8) {
+            case 0: out.push_back({exact, 443}); break;
+            case 1: out.push_back({"deep.x." + wild, 8443}); break;
+            case 2: out.push_back({"unknown" + std::to_string(r) + ".attacker.example", 443});
                 break;
-            case 1: hosts.push_back("deep.x.t" + std::to_string(r - r % 10 + 6) +
-                                    ".example.net");
+            case 3: out.push_back({"API" + std::to_string(base) + ".SVC" +
+                                       std::to_string(base % 997) + ".Example.com.", 443});
                 break;
-            case 2: hosts.push_back("unknown" + std::to_string(r) + ".attacker.example");
+            case 4: out.push_back({"203." + std::to_string((i / 10) % 250 + 1) + ".0.9", 22});
                 break;
-            case 3: hosts.push_back("API" + std::to_string(r - r % 10) + ".SVC" +
-                                    std::to_string((r - r % 10) % 997) + ".example.com.");
-                break;
-            case 4: hosts.push_back("203." + std::to_string(r % 250 + 1) + ".0.9"); break;
-            default: hosts.push_back("t" + std::to_string(r) + ".example.net"); break;
+            case 5: out.push_back({exact, 80}); break;
+            case 6: out.push_back({wild, 443}); break;  // the apex of a wildcard: denied
+            default: out.push_back({"www." + wild, 443}); break;
         }
     }
-    return hosts;
+    return out;
 }
 
 void bm_decide_100k_rules(benchmark::State& state) {
     const auto policy = make_compiled();
-    const auto hosts = make_hosts();
+    const auto requests = make_requests();
     std::size_t i = 0;
     std::size_t allowed = 0;
     for (auto _ : state) {
+        const request& r = requests[i++ & 4095];
         decide_args a;
         a.job = "big";
-        a.host = hosts[i++ & 4095];
-        a.port = (i & 1) != 0 ? 443 : 22;
+        a.host = r.host;
+        a.port = r.port;
         const decision d = decide(a, *policy);
         allowed += d.allowed() ? 1 : 0;
         benchmark::DoNotOptimize(d);

@@ -74,8 +74,8 @@ constexpr std::array<v6_entry, 22> v6_table{{
     {{0x100, 0, 0, 0, 0, 0, 0, 0}, 64, ip_class::reserved, v6_rule::fixed, 0},  // discard
     {{0x2001, 0xdb8, 0, 0, 0, 0, 0, 0}, 32, ip_class::documentation, v6_rule::fixed, 0},
     {{0x2001, 0x2, 0, 0, 0, 0, 0, 0}, 48, ip_class::benchmark, v6_rule::fixed, 0},
-    {{0x2001, 0, 0, 0, 0, 0, 0, 0}, 32, ip_class::reserved, v6_rule::fixed, 0},  // Teredo
-    {{0x2001, 0, 0, 0, 0, 0, 0, 0}, 23, ip_class::reserved, v6_rule::fixed, 0},  // IETF
+    {{0x2001, 0, 0, 0, 0, 0, 0, 0}, 32, ip_class::reserved, v6_rule::fixed, 0},   // Teredo
+    {{0x2001, 0, 0, 0, 0, 0, 0, 0}, 23, ip_class::reserved, v6_rule::fixed, 0},   // IETF
     {{0x2002, 0, 0, 0, 0, 0, 0, 0}, 16, ip_class::global, v6_rule::embedded, 2},  // 6to4
     {{0x3fff, 0, 0, 0, 0, 0, 0, 0}, 20, ip_class::documentation, v6_rule::fixed, 0},
     {{0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254}, 128, ip_class::metadata, v6_rule::fixed, 0},
@@ -110,7 +110,9 @@ bool prefix_matches(const bytes16& a, const bytes16& net, int len) noexcept {
     return true;
 }
 
-cidr host_prefix(const ip_address& a) { return cidr{a, a.bits()}; }
+cidr host_prefix(const ip_address& a) {
+    return cidr{a, a.bits()};
+}
 
 classification classify_v4(std::uint32_t v) {
     for (const auto& e : v4_table) {
@@ -137,30 +139,30 @@ cidr v4_image(const bytes16& base, int offset, const cidr& r) {
 
 std::string_view to_string(ip_class c) noexcept {
     switch (c) {
-    case ip_class::global:
-        return "global";
-    case ip_class::unspecified:
-        return "unspecified";
-    case ip_class::loopback:
-        return "loopback";
-    case ip_class::private_net:
-        return "private";
-    case ip_class::link_local:
-        return "link_local";
-    case ip_class::metadata:
-        return "metadata";
-    case ip_class::cgnat:
-        return "cgnat";
-    case ip_class::multicast:
-        return "multicast";
-    case ip_class::broadcast:
-        return "broadcast";
-    case ip_class::documentation:
-        return "documentation";
-    case ip_class::benchmark:
-        return "benchmark";
-    case ip_class::reserved:
-        return "reserved";
+        case ip_class::global:
+            return "global";
+        case ip_class::unspecified:
+            return "unspecified";
+        case ip_class::loopback:
+            return "loopback";
+        case ip_class::private_net:
+            return "private";
+        case ip_class::link_local:
+            return "link_local";
+        case ip_class::metadata:
+            return "metadata";
+        case ip_class::cgnat:
+            return "cgnat";
+        case ip_class::multicast:
+            return "multicast";
+        case ip_class::broadcast:
+            return "broadcast";
+        case ip_class::documentation:
+            return "documentation";
+        case ip_class::benchmark:
+            return "benchmark";
+        case ip_class::reserved:
+            return "reserved";
     }
     return "reserved";
 }
@@ -182,25 +184,24 @@ classification classify(const ip_address& a) noexcept {
             return {e.cls, cidr{ip_address::v6(net), e.len}};
         }
         const auto off = static_cast<std::size_t>(e.v4_offset);
-        const std::uint32_t v4 = (std::uint32_t{b[off]} << 24) |
-                                 (std::uint32_t{b[off + 1]} << 16) |
+        const std::uint32_t v4 = (std::uint32_t{b[off]} << 24) | (std::uint32_t{b[off + 1]} << 16) |
                                  (std::uint32_t{b[off + 2]} << 8) | std::uint32_t{b[off + 3]};
         const classification inner = classify_v4(v4);
         switch (e.rule) {
-        case v6_rule::mapped:
-            return inner;
-        case v6_rule::compatible:
-            if (inner.is_public()) {
-                return {ip_class::reserved, cidr{ip_address::v6(net), e.len}};
-            }
-            return {inner.cls, v4_image(net, e.v4_offset, inner.range)};
-        case v6_rule::embedded:
-            if (inner.is_public()) {
-                return {ip_class::global, host_prefix(a)};
-            }
-            return {inner.cls, v4_image(net, e.v4_offset, inner.range)};
-        case v6_rule::fixed:
-            break;
+            case v6_rule::mapped:
+                return inner;
+            case v6_rule::compatible:
+                if (inner.is_public()) {
+                    return {ip_class::reserved, cidr{ip_address::v6(net), e.len}};
+                }
+                return {inner.cls, v4_image(net, e.v4_offset, inner.range)};
+            case v6_rule::embedded:
+                if (inner.is_public()) {
+                    return {ip_class::global, host_prefix(a)};
+                }
+                return {inner.cls, v4_image(net, e.v4_offset, inner.range)};
+            case v6_rule::fixed:
+                break;
         }
     }
     return {ip_class::global, host_prefix(a)};  // not reached: 2000::/3 closes the table

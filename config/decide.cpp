@@ -1,5 +1,6 @@
 #include "config/decide.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "config/classify.hpp"
@@ -47,7 +48,7 @@ public:
     // Returns true when a rule allowed the request (then stop looking). For an IP literal,
     // `literal` is its classification: a cidr rule takes part only when it may open the
     // address at all (see prefix_allows), so 0.0.0.0/0 never even matches 127.0.0.1.
-    bool consider(const rule_list& rules, const classification* literal = nullptr) {
+    bool consider(rule_span rules, const classification* literal = nullptr) {
         for (const std::uint32_t i : rules) {
             const egress_rule& r = job_.egress[i];
             if (literal != nullptr && !literal->is_public() &&
@@ -100,7 +101,7 @@ decision decide_address(const job& j, const job_tables& t, const decide_args& ar
     matcher m(j, args);
     for (const prefix_level& level : a.is_v4() ? t.v4 : t.v6) {
         const auto it = level.nets.find(mask(a, level.len).bytes());
-        if (it != level.nets.end() && m.consider(it->second, &c)) {
+        if (it != level.nets.end() && m.consider(rule_span(it->second), &c)) {
             return m.result();
         }
     }
@@ -115,16 +116,21 @@ decision decide_address(const job& j, const job_tables& t, const decide_args& ar
 decision decide_name(const job& j, const job_tables& t, const decide_args& args,
                      std::string_view host) {
     matcher m(j, args);
-    if (const auto it = t.exact.find(host); it != t.exact.end() && m.consider(it->second)) {
+    if (m.consider(t.exact.find(host))) {
         return m.result();
     }
-    if (!t.wildcard.empty()) {
+    if (t.wildcard_depths != 0) {
         // "*.example.com" is stored under "example.com"; try every proper suffix of the
-        // host, longest first, so the most specific wildcard wins.
+        // host, longest first, so the most specific wildcard wins. Suffixes with a label
+        // count no wildcard has are skipped without hashing.
+        int labels = 1 + static_cast<int>(std::count(host.begin(), host.end(), '.'));
         for (std::size_t dot = host.find('.'); dot != std::string_view::npos;
              dot = host.find('.', dot + 1)) {
-            const auto it = t.wildcard.find(host.substr(dot + 1));
-            if (it != t.wildcard.end() && m.consider(it->second)) {
+            --labels;
+            if ((t.wildcard_depths >> std::min(labels, 63) & 1) == 0) {
+                continue;
+            }
+            if (m.consider(t.wildcard.find(host.substr(dot + 1)))) {
                 return m.result();
             }
         }
@@ -164,6 +170,24 @@ decision decide(const decide_args& args, const compiled_policy& p) {
         return deny(deny_reason::bad_request);
     }
     return decide_name(j, t, args, std::string_view(buf, n));
+}
+
+rule_span name_table::find(std::string_view name) const noexcept {
+    if (count_ == 0) {
+        return {};
+    }
+    const std::uint64_t h = string_hash{}(name);
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+        const slot& s = slots_[i];
+        if (s.rules_count == 0) {
+            return {};
+        }
+        if (s.hash == h && s.key_len == name.size() &&
+            std::string_view(keys_).substr(s.key_offset, s.key_len) == name) {
+            return rule_span(rules_).subspan(s.rules_offset, s.rules_count);
+        }
+    }
 }
 
 bool prefix_allows(const cidr& prefix, const ip_address& a) noexcept {

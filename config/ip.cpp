@@ -8,6 +8,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <utility>
 
 namespace cordon::config {
 
@@ -19,7 +20,9 @@ using bytes16 = std::array<std::uint8_t, 16>;
 constexpr std::size_t max_v6_text = 45;
 constexpr std::size_t max_zone = 64;
 
-bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+bool is_digit(char c) noexcept {
+    return c >= '0' && c <= '9';
+}
 
 bool is_hex(char c) noexcept {
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -92,18 +95,10 @@ std::optional<std::uint64_t> parse_aton_part(std::string_view p) noexcept {
     }
     std::uint64_t v = 0;
     for (; i < p.size(); ++i) {
-        const char c = p[i];
-        unsigned d = 0;
-        if (base == 16 && is_hex(c)) {
-            d = hex_value(c);
-        } else if (base == 10 && is_digit(c)) {
-            d = static_cast<unsigned>(c - '0');
-        } else if (base == 8 && c >= '0' && c <= '7') {
-            d = static_cast<unsigned>(c - '0');
-        } else {
+        if (!is_hex(p[i]) || hex_value(p[i]) >= base) {
             return std::nullopt;
         }
-        v = v * base + d;
+        v = v * base + hex_value(p[i]);
         if (v > saturated) {
             v = saturated;
         }
@@ -291,8 +286,8 @@ std::string quote(std::string_view s) {
 std::string explain_bad_address(std::string_view text) {
     const literal lit = parse_literal(text);
     if (lit.kind == literal_kind::non_canonical) {
-        return quote(text) + " is not a canonical IPv4 address; write " +
-               lit.address.to_string() + " if that is what you mean";
+        return quote(text) + " is not a canonical IPv4 address; write " + lit.address.to_string() +
+               " if that is what you mean";
     }
     if (lit.kind == literal_kind::ipv6 && !text.empty() && text.front() == '[') {
         return quote(text) + ": write IPv6 prefixes without brackets";
@@ -303,7 +298,9 @@ std::string explain_bad_address(std::string_view text) {
     return quote(text) + " is not an IP address";
 }
 
-cidr_result fail(std::string message) { return cidr_result{std::nullopt, std::move(message)}; }
+cidr_result fail(std::string message) {
+    return cidr_result{std::nullopt, std::move(message)};
+}
 
 }  // namespace
 
@@ -411,8 +408,7 @@ ip_address mask(const ip_address& a, int prefix_len) noexcept {
         return a;
     }
     if (a.is_v4()) {
-        const std::uint32_t m =
-            prefix_len == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix_len);
+        const std::uint32_t m = prefix_len == 0 ? 0 : ~std::uint32_t{0} << (32 - prefix_len);
         return ip_address::v4(a.v4_value() & m);
     }
     bytes16 b = a.bytes();
@@ -520,8 +516,7 @@ cidr_result parse_cidr(std::string_view text) {
         }
         if (const auto a = parse_ip(text)) {
             return fail("expected ADDRESS/LENGTH, got " + quote(text) + ": write " +
-                        a->to_string() + "/" + std::to_string(a->bits()) +
-                        " for a single address");
+                        a->to_string() + "/" + std::to_string(a->bits()) + " for a single address");
         }
         return fail("expected ADDRESS/LENGTH, got " + quote(text));
     }
@@ -584,8 +579,8 @@ cidr_result parse_cidr(std::string_view text) {
     }
     const ip_address network = mask(*addr, len);
     if (network != *addr) {
-        return fail(std::string(text) + " has host bits set; did you mean " +
-                    network.to_string() + "/" + std::to_string(len) + "?");
+        return fail(std::string(text) + " has host bits set; did you mean " + network.to_string() +
+                    "/" + std::to_string(len) + "?");
     }
     return cidr_result{cidr{network, len}, {}};
 }

@@ -1,5 +1,6 @@
 #include "config/load.hpp"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "config/classify.hpp"
@@ -78,6 +80,27 @@ bool valid_method(std::string_view s) {
 bool absolute_path(std::string_view s) {
     return !s.empty() && s.front() == '/' && s.find('\0') == std::string_view::npos;
 }
+
+// True when absolute path `s` has no empty ("//"), "." or ".." part; a trailing '/' is
+// fine. Only such paths can be compared as strings: "//", "/tmp/.." and "/home//x" would
+// slip past the checks that scratch is not / and lies in no never_write path.
+bool plain_path(std::string_view s) {
+    std::size_t start = 1;
+    while (start < s.size()) {
+        std::size_t end = s.find('/', start);
+        if (end == std::string_view::npos) {
+            end = s.size();
+        }
+        const std::string_view part = s.substr(start, end - start);
+        if (part.empty() || part == "." || part == "..") {
+            return false;
+        }
+        start = end + 1;
+    }
+    return true;
+}
+constexpr const char* not_plain =
+    "is not a plain path: write it without '//', '.' or '..' parts";
 
 // True when path `inner` is `outer` or lies below it.
 bool path_within(std::string_view inner, std::string_view outer) {
@@ -174,8 +197,10 @@ private:
                         std::initializer_list<std::string_view> allowed, bool keep_null = false) {
         key_list out;
         std::set<std::string> seen;
-        for (auto it = map.begin(); it != map.end(); ++it) {
-            const YAML::Node& key = it->first;
+        // Range-for binds each entry to a named reference: yaml-cpp's `it->first` refers to
+        // a temporary that dies at the end of the expression.
+        for (const auto& entry : map) {
+            const YAML::Node& key = entry.first;
             if (!key.IsScalar()) {
                 error(key, path, "keys must be plain words, got " + kind_of(key));
                 continue;
@@ -196,10 +221,10 @@ private:
                 error(key, where, "key given twice");
                 continue;
             }
-            if (!keep_null && it->second.IsNull()) {
+            if (!keep_null && entry.second.IsNull()) {
                 continue;
             }
-            out.emplace_back(k, it->second);
+            out.emplace_back(k, entry.second);
         }
         return out;
     }
@@ -408,7 +433,11 @@ private:
                     if (*s == "system") {
                         p.dns.upstream.push_back(dns_upstream{true, {}});
                     } else if (auto e = get_endpoint(item, path)) {
-                        p.dns.upstream.push_back(dns_upstream{false, *e});
+                        if (e->port == 0) {  // 0 means "any free port" only for listening
+                            error(item, path, "port 0 is not a server's port; expected 1..65535");
+                        } else {
+                            p.dns.upstream.push_back(dns_upstream{false, *e});
+                        }
                     }
                 }
                 if (v->size() == 0) {
@@ -509,8 +538,8 @@ private:
             return;
         }
         std::set<std::string> seen;
-        for (auto it = n.begin(); it != n.end(); ++it) {
-            const YAML::Node& key = it->first;
+        for (const auto& entry : n) {
+            const YAML::Node& key = entry.first;
             if (!key.IsScalar()) {
                 error(key, "jobs", "job names must be plain words, got " + kind_of(key));
                 continue;
@@ -529,7 +558,13 @@ private:
             job j;
             j.name = name;
             j.pos = {key.Mark().line + 1, key.Mark().column + 1};
-            load_job(it->second, path, j);
+            if (entry.second.IsNull()) {
+                // `name:` and nothing more. yaml-cpp marks a null value where the next token
+                // starts (the next line, or past the end of the file): point at the name.
+                error(key, path, "expected a mapping, got nothing");
+            } else {
+                load_job(entry.second, path, j);
+            }
             p.jobs.push_back(std::move(j));
         }
     }
@@ -816,7 +851,10 @@ private:
         const auto keys = check_keys(n, path, {"scratch", "never_write"});
         if (const auto* v = find(keys, "scratch")) {
             out.scratch = get_path(*v, path + ".scratch");
-            if (out.scratch && *out.scratch == "/") {
+            if (out.scratch && !plain_path(*out.scratch)) {
+                error(*v, path + ".scratch", "'" + *out.scratch + "' " + not_plain);
+                out.scratch.reset();
+            } else if (out.scratch && *out.scratch == "/") {
                 error(*v, path + ".scratch", "the scratch dir cannot be / (it is wiped)");
                 out.scratch.reset();
             }
@@ -826,6 +864,10 @@ private:
                 for (std::size_t i = 0; i < v->size(); ++i) {
                     const std::string pp = path + ".never_write[" + std::to_string(i) + "]";
                     if (auto s = get_path((*v)[i], pp)) {
+                        if (!plain_path(*s)) {
+                            error((*v)[i], pp, "'" + *s + "' " + not_plain);
+                            continue;
+                        }
                         if (out.scratch && path_within(*out.scratch, *s)) {
                             error((*v)[i], pp, "scratch dir " + *out.scratch + " lies in "
                                                "never_write path " + *s);
@@ -864,6 +906,45 @@ private:
     std::vector<diagnostic> errors_;
 };
 
+// Receives parser events and keeps none: used to count documents without building them.
+class discard_events : public YAML::EventHandler {
+public:
+    YAML::Mark document_start = YAML::Mark::null_mark();  ///< of the last document read
+    void OnDocumentStart(const YAML::Mark& m) override { document_start = m; }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+};
+
+// True when every line is blank, a comment or a document marker.
+bool only_comments(std::string_view text) {
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        std::size_t end = text.find('\n', start);
+        if (end == std::string_view::npos) {
+            end = text.size();
+        }
+        std::string_view line = text.substr(start, end - start);
+        const std::size_t first = line.find_first_not_of(" \t\r");
+        if (first != std::string_view::npos) {
+            line.remove_prefix(first);
+            if (line[0] != '#' && !line.starts_with("---") && !line.starts_with("...")) {
+                return false;
+            }
+        }
+        start = end + 1;
+    }
+    return true;
+}
+
 diagnostic whole_file(std::string_view file, std::string message) {
     return diagnostic{std::string(file), 0, 0, std::move(message)};
 }
@@ -886,9 +967,22 @@ load_result load_policy(std::string_view text, std::string_view file) {
                                                  "file?"));
         return result;
     }
-    std::vector<YAML::Node> docs;
+    // Not YAML::LoadAll: on some malformed inputs yaml-cpp 0.7's parser keeps reporting
+    // empty documents without consuming input, and LoadAll then loops and allocates forever
+    // (found by tests/fuzz/policy). Read one document, then ask for at most one more.
+    YAML::Node root;
+    bool second_document = false;
+    YAML::Mark second_at = YAML::Mark::null_mark();
     try {
-        docs = YAML::LoadAll(std::string(text));
+        const std::string owned(text);
+        root = YAML::Load(owned);
+        if (!root.IsNull()) {
+            std::istringstream in(owned);
+            YAML::Parser parser(in);
+            discard_events sink;
+            second_document = parser.HandleNextDocument(sink) && parser.HandleNextDocument(sink);
+            second_at = sink.document_start;
+        }
     } catch (const YAML::Exception& e) {
         diagnostic d = whole_file(file, "not valid YAML: " + e.msg);
         if (!e.mark.is_null()) {
@@ -898,19 +992,20 @@ load_result load_policy(std::string_view text, std::string_view file) {
         result.errors.push_back(std::move(d));
         return result;
     }
-    if (docs.empty() || docs[0].IsNull()) {
-        result.errors.push_back(whole_file(file, "policy is empty"));
+    if (root.IsNull()) {
+        result.errors.push_back(whole_file(
+            file, only_comments(text) ? "policy is empty"
+                                      : "not valid YAML: no document could be read from it"));
         return result;
     }
     loader l{std::string(file)};
-    if (docs.size() > 1) {
-        l.error(docs[1], "", "a policy file holds one YAML document; found " +
-                                 std::to_string(docs.size()));
+    if (second_document) {
+        l.error(second_at, "", "a policy file holds one YAML document; found more");
     }
     policy p;
     p.source = std::string(file);
     try {
-        l.load(docs[0], p);
+        l.load(root, p);
     } catch (const YAML::Exception& e) {
         // Aliases and odd node shapes can still surprise yaml-cpp; never crash on them.
         l.error(e.mark, "", "could not read the policy: " + e.msg);

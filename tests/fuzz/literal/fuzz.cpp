@@ -23,8 +23,8 @@ void check(bool ok, const char* what, std::string_view input) {
 }
 
 bool valid_zone_char(char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c == '.' || c == '_' || c == '~' || c == '-';
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
+           c == '_' || c == '~' || c == '-';
 }
 
 void check_address(const ip_address& a, std::string_view in) {
@@ -52,35 +52,36 @@ void check_literal(std::string_view in) {
         check(valid_zone_char(c), "zone characters are [A-Za-z0-9._~-]", in);
     }
     switch (lit.kind) {
-    case literal_kind::ipv4:
-        check(lit.address.is_v4(), "ipv4 literal is IPv4", in);
-        check(lit.address.to_string() == in, "a canonical IPv4 literal is its own to_string()", in);
-        check(parse_ip(in) == lit.address, "parse_ip agrees on canonical IPv4", in);
-        check_address(lit.address, in);
-        break;
-    case literal_kind::ipv6: {
-        check_address(lit.address, in);
-        const std::string bracketed = "[" + lit.address.to_string() + "]";
-        if (lit.address.is_v6()) {
-            const literal again = parse_literal(bracketed);
-            check(again.kind == literal_kind::ipv6 && again.address == lit.address,
-                  "a bracketed IPv6 to_string() re-parses as the same literal", in);
+        case literal_kind::ipv4:
+            check(lit.address.is_v4(), "ipv4 literal is IPv4", in);
+            check(lit.address.to_string() == in, "a canonical IPv4 literal is its own to_string()",
+                  in);
+            check(parse_ip(in) == lit.address, "parse_ip agrees on canonical IPv4", in);
+            check_address(lit.address, in);
+            break;
+        case literal_kind::ipv6: {
+            check_address(lit.address, in);
+            const std::string bracketed = "[" + lit.address.to_string() + "]";
+            if (lit.address.is_v6()) {
+                const literal again = parse_literal(bracketed);
+                check(again.kind == literal_kind::ipv6 && again.address == lit.address,
+                      "a bracketed IPv6 to_string() re-parses as the same literal", in);
+            }
+            break;
         }
-        break;
-    }
-    case literal_kind::non_canonical: {
-        check(lit.address.is_v4(), "non_canonical literal is IPv4", in);
-        check_address(lit.address, in);
-        const literal again = parse_literal(lit.address.to_string());
-        check(again.kind == literal_kind::ipv4 && again.address == lit.address,
-              "the resolver's reading of a non_canonical literal is canonical IPv4", in);
-        check(in != lit.address.to_string(), "non_canonical text is not canonical", in);
-        break;
-    }
-    case literal_kind::not_ip:
-    case literal_kind::invalid:
-        check(lit.address == ip_address{}, "no address for not_ip / invalid", in);
-        break;
+        case literal_kind::non_canonical: {
+            check(lit.address.is_v4(), "non_canonical literal is IPv4", in);
+            check_address(lit.address, in);
+            const literal again = parse_literal(lit.address.to_string());
+            check(again.kind == literal_kind::ipv4 && again.address == lit.address,
+                  "the resolver's reading of a non_canonical literal is canonical IPv4", in);
+            check(in != lit.address.to_string(), "non_canonical text is not canonical", in);
+            break;
+        }
+        case literal_kind::not_ip:
+        case literal_kind::invalid:
+            check(lit.address == ip_address{}, "no address for not_ip / invalid", in);
+            break;
     }
     if (in.size() >= 2 && in.front() == '[') {
         check(lit.kind == literal_kind::ipv6 || lit.kind == literal_kind::invalid,
@@ -95,8 +96,8 @@ void check_ip(std::string_view in) {
     }
     check_address(*a, in);
     const literal lit = parse_literal(in);
-    check((lit.kind == literal_kind::ipv4 || lit.kind == literal_kind::ipv6) &&
-              lit.address == *a && lit.zone.empty(),
+    check((lit.kind == literal_kind::ipv4 || lit.kind == literal_kind::ipv6) && lit.address == *a &&
+              lit.zone.empty(),
           "parse_literal agrees with parse_ip", in);
 }
 

@@ -1,7 +1,6 @@
 #include "config/classify.hpp"  // first: the header must compile alone
 
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -433,8 +432,8 @@ TEST_CASE("classify: a sweep keeps every range holding its address", "[classify]
         const classification c = classify(a);
         CHECK(c.range.contains(a));
         CHECK(c.range.network.is_v6());
-        CHECK(c.is_public() == (w >= 0x2000 && w < 0x4000 && !(w >= 0x2001 && w <= 0x2002) &&
-                                !(w == 0x3fff)));
+        CHECK(c.is_public() ==
+              (w >= 0x2000 && w < 0x4000 && !(w >= 0x2001 && w <= 0x2002) && !(w == 0x3fff)));
     }
 }
 

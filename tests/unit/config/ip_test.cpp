@@ -1,7 +1,6 @@
 #include "config/ip.hpp"  // first: the header must compile alone
 
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -22,16 +21,16 @@ namespace {
 
 std::string kind_name(literal_kind k) {
     switch (k) {
-    case literal_kind::not_ip:
-        return "not_ip";
-    case literal_kind::ipv4:
-        return "ipv4";
-    case literal_kind::ipv6:
-        return "ipv6";
-    case literal_kind::non_canonical:
-        return "non_canonical";
-    case literal_kind::invalid:
-        return "invalid";
+        case literal_kind::not_ip:
+            return "not_ip";
+        case literal_kind::ipv4:
+            return "ipv4";
+        case literal_kind::ipv6:
+            return "ipv6";
+        case literal_kind::non_canonical:
+            return "non_canonical";
+        case literal_kind::invalid:
+            return "invalid";
     }
     return "?";
 }
@@ -161,11 +160,11 @@ TEST_CASE("to_string: canonical dotted quad and RFC 5952", "[ip]") {
         {"::1", "::1"},
         {"1::", "1::"},
         {"0:0:0:0:0:0:0:1", "::1"},
-        {"2001:DB8::A", "2001:db8::a"},                             // lower case
+        {"2001:DB8::A", "2001:db8::a"},                              // lower case
         {"2001:0db8:0000:0000:0000:0000:0000:0001", "2001:db8::1"},  // leading zeros go
-        {"2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"},              // first run on a tie
-        {"2001:0:0:1:0:0:0:1", "2001:0:0:1::1"},                    // longest run wins
-        {"2001:db8:0:1:1:1:1:1", "2001:db8:0:1:1:1:1:1"},           // one zero: no "::"
+        {"2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"},               // first run on a tie
+        {"2001:0:0:1:0:0:0:1", "2001:0:0:1::1"},                     // longest run wins
+        {"2001:db8:0:1:1:1:1:1", "2001:db8:0:1:1:1:1:1"},            // one zero: no "::"
         {"1:0:1:0:1:0:1:0", "1:0:1:0:1:0:1:0"},
         {"0:1:0:1:0:1:0:1", "0:1:0:1:0:1:0:1"},
         {"1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8"},
@@ -173,9 +172,9 @@ TEST_CASE("to_string: canonical dotted quad and RFC 5952", "[ip]") {
         {"1:2:3:4:5:6:0:0", "1:2:3:4:5:6::"},
         {"FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF:FFFF", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
         {"fe80::0001", "fe80::1"},
-        {"::1.2.3.4", "::102:304"},        // IPv4-compatible: plain hex, no dotted quad
-        {"::ffff:1.2.3.4", "1.2.3.4"},     // mapped: IPv4
-        {"::FFFF:0102:0304", "1.2.3.4"},   // mapped written in hex
+        {"::1.2.3.4", "::102:304"},       // IPv4-compatible: plain hex, no dotted quad
+        {"::ffff:1.2.3.4", "1.2.3.4"},    // mapped: IPv4
+        {"::FFFF:0102:0304", "1.2.3.4"},  // mapped written in hex
         {"64:ff9b::192.0.2.33", "64:ff9b::c000:221"},
     };
     for (const auto& r : rows) {
@@ -554,11 +553,9 @@ TEST_CASE("parse_cidr: errors say what is wrong", "[ip][cidr]") {
     };
     const std::vector<row> rows{
         {"10.0.0.1/8", "10.0.0.1/8 has host bits set; did you mean 10.0.0.0/8?", false},
-        {"192.168.1.1/16", "192.168.1.1/16 has host bits set; did you mean 192.168.0.0/16?",
-         false},
+        {"192.168.1.1/16", "192.168.1.1/16 has host bits set; did you mean 192.168.0.0/16?", false},
         {"0.0.0.1/0", "0.0.0.1/0 has host bits set; did you mean 0.0.0.0/0?", false},
-        {"2001:db8::1/32", "2001:db8::1/32 has host bits set; did you mean 2001:db8::/32?",
-         false},
+        {"2001:db8::1/32", "2001:db8::1/32 has host bits set; did you mean 2001:db8::/32?", false},
         {"::1/0", "::1/0 has host bits set; did you mean ::/0?", false},
         {"::ffff:10.0.0.1/104", "::ffff:10.0.0.1/104 has host bits set; did you mean 10.0.0.0/8?",
          false},
@@ -571,8 +568,9 @@ TEST_CASE("parse_cidr: errors say what is wrong", "[ip][cidr]") {
         {"::ffff:1.2.3.4/129", "prefix length 129 is out of range 0..128 for IPv6", false},
         {"10.0.0.0/99999999999999999999", "is out of range 0..32 for IPv4", true},
         {"10.0.0.0/" + std::string(100000, '9'), "is out of range 0..32 for IPv4", true},
-        {"10.0.0.1", "expected ADDRESS/LENGTH, got '10.0.0.1': write 10.0.0.1/32 for a single "
-                     "address",
+        {"10.0.0.1",
+         "expected ADDRESS/LENGTH, got '10.0.0.1': write 10.0.0.1/32 for a single "
+         "address",
          false},
         {"::1", "write ::1/128 for a single address", true},
         {"::ffff:1.2.3.4", "write 1.2.3.4/32 for a single address", true},
@@ -589,12 +587,12 @@ TEST_CASE("parse_cidr: errors say what is wrong", "[ip][cidr]") {
         {"10.0.0.0/8 ", "is not a decimal number", true},
         {"10.0.0.0/0x8", "is not a decimal number", true},
         {"10.0.0.0/8.0", "is not a decimal number", true},
-        {std::string("10.0.0.0/8\0", 11), "prefix length '8\\x00' is not a decimal number",
-         false},
+        {std::string("10.0.0.0/8\0", 11), "prefix length '8\\x00' is not a decimal number", false},
         {"10.0.0.0/08", "prefix length '08' has a leading zero", false},
         {"10.0.0.0/00", "prefix length '00' has a leading zero", false},
-        {"010.0.0.0/8", "'010.0.0.0' is not a canonical IPv4 address; write 8.0.0.0 if that is "
-                        "what you mean",
+        {"010.0.0.0/8",
+         "'010.0.0.0' is not a canonical IPv4 address; write 8.0.0.0 if that is "
+         "what you mean",
          false},
         {"10/8", "'10' is not a canonical IPv4 address; write 0.0.0.10", true},
         {"10.0/8", "write 10.0.0.0 if that is what you mean", true},
@@ -766,8 +764,8 @@ TEST_CASE("to_string round trips", "[ip]") {
         }
     }
     SECTION("prefixes") {
-        for (const char* text : {"10.0.0.0/8", "0.0.0.0/0", "1.2.3.4/32", "::/0",
-                                 "2001:db8::/32", "fe80::/10", "64:ff9b::a00:0/104"}) {
+        for (const char* text : {"10.0.0.0/8", "0.0.0.0/0", "1.2.3.4/32", "::/0", "2001:db8::/32",
+                                 "fe80::/10", "64:ff9b::a00:0/104"}) {
             INFO(text);
             CHECK(net(text).to_string() == text);
         }
