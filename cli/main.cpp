@@ -15,9 +15,12 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 1> verbs{{
+constexpr std::array<verb, 4> verbs{{
+    {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
+    {"session", "create, list or end sessions (admin API)", cordon::cli::session},
+    {"status", "listeners, policy, audit health, sessions (admin API)", cordon::cli::status},
 }};
 
 void print_usage(std::ostream& out) {

@@ -11,6 +11,9 @@ namespace cordon::cli {
 using args = std::span<const std::string_view>;
 
 int check_config(args a);
+int serve(args a);
+int session(args a);
+int status(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

@@ -15,6 +15,7 @@ std::string_view to_string(deny_reason r) noexcept {
         "method",         "private_address", "bad_request", "unknown_job",
         "sni_mismatch",   "kill_switch",  "session_killed", "token_expired",
         "auth",           "limit",        "budget",         "policy_changed",
+        "token_revoked",  "session_ended", "audit_unavailable",
     };
     const auto i = static_cast<std::size_t>(r);
     return i < names.size() ? names[i] : "unknown";

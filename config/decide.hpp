@@ -34,8 +34,11 @@ enum class deny_reason : std::uint8_t {
     limit,
     budget,
     policy_changed,
+    token_revoked,
+    session_ended,
+    audit_unavailable,
 };
-inline constexpr std::size_t deny_reason_count = 16;
+inline constexpr std::size_t deny_reason_count = 19;
 std::string_view to_string(deny_reason r) noexcept;
 
 /// What the request asks the proxy to do.

@@ -140,7 +140,7 @@ public:
             return;
         }
         const auto keys = check_keys(root, "", {"listen", "admin", "dns", "state", "audit",
-                                                "alerts", "kill", "jobs"});
+                                                "alerts", "kill", "proxy", "jobs"});
         // Jobs first: later sections refer to job names.
         if (const auto* n = find(keys, "jobs")) {
             load_jobs(*n, p);
@@ -175,6 +175,9 @@ public:
         }
         if (const auto* n = find(keys, "kill")) {
             load_kill(*n, p.kill);
+        }
+        if (const auto* n = find(keys, "proxy")) {
+            load_proxy(*n, p.proxy);
         }
         check_sources(p);
     }
@@ -526,6 +529,67 @@ private:
             if (auto s = get_int(*v, "kill.max_stop_seconds", 1, max_stop_seconds_limit,
                                  "seconds")) {
                 out.max_stop_seconds = static_cast<int>(*s);
+            }
+        }
+    }
+
+    std::optional<std::chrono::milliseconds> get_duration(const YAML::Node& n,
+                                                          const std::string& path,
+                                                          std::chrono::milliseconds lo,
+                                                          std::chrono::milliseconds hi) {
+        auto s = get_string(n, path);
+        if (!s) {
+            return std::nullopt;
+        }
+        auto d = parse_duration(*s);
+        if (!d) {
+            error(n, path, "expected a duration such as 500ms, 10s or 5m, got '" + *s + "'");
+            return std::nullopt;
+        }
+        if (*d < lo || *d > hi) {
+            error(n, path, "'" + *s + "' is outside " + format_duration(lo) + ".." +
+                               format_duration(hi));
+            return std::nullopt;
+        }
+        return d;
+    }
+
+    void load_proxy(const YAML::Node& n, proxy_spec& out) {
+        if (!expect_map(n, "proxy")) {
+            return;
+        }
+        const auto keys =
+            check_keys(n, "proxy", {"max_header_bytes", "header_timeout", "connect_timeout",
+                                    "handshake_timeout", "idle_timeout", "max_connections"});
+        using std::chrono::milliseconds;
+        if (const auto* v = find(keys, "max_header_bytes")) {
+            if (auto s = get_string(*v, "proxy.max_header_bytes")) {
+                const auto size = parse_size(*s);
+                if (!size || *size < 1024 || *size > 1024 * 1024) {
+                    error(*v, "proxy.max_header_bytes",
+                          "expected a size 1KiB..1MiB such as 16KiB, got '" + *s + "'");
+                } else {
+                    out.max_header_bytes = static_cast<std::size_t>(*size);
+                }
+            }
+        }
+        const std::pair<const char*, milliseconds*> timeouts[] = {
+            {"header_timeout", &out.header_timeout},
+            {"connect_timeout", &out.connect_timeout},
+            {"handshake_timeout", &out.handshake_timeout},
+            {"idle_timeout", &out.idle_timeout},
+        };
+        for (const auto& [name, field] : timeouts) {
+            if (const auto* v = find(keys, name)) {
+                if (auto d = get_duration(*v, std::string("proxy.") + name, milliseconds(100),
+                                          std::chrono::hours(24))) {
+                    *field = *d;
+                }
+            }
+        }
+        if (const auto* v = find(keys, "max_connections")) {
+            if (auto c = get_int(*v, "proxy.max_connections", 1, 1'000'000, "a count")) {
+                out.max_connections = static_cast<std::uint32_t>(*c);
             }
         }
     }

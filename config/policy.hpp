@@ -147,6 +147,17 @@ struct kill_spec {
     int max_stop_seconds = 60;
 };
 
+/// Limits and timeouts of the proxy listener. Each stops an attack named beside it.
+struct proxy_spec {
+    std::size_t max_header_bytes = 16 * 1024;  ///< request head size: header floods
+    std::chrono::milliseconds header_timeout{10'000};     ///< whole request head: slowloris
+    std::chrono::milliseconds connect_timeout{10'000};    ///< upstream TCP connect: blackholes
+    std::chrono::milliseconds handshake_timeout{10'000};  ///< TLS ClientHello after 200:
+                                                          ///< tunnels held open unused
+    std::chrono::milliseconds idle_timeout{300'000};  ///< no byte either way: idle hoarding
+    std::uint32_t max_connections = 20'000;           ///< client connections: fd exhaustion
+};
+
 /// A whole validated policy file.
 struct policy {
     std::string source;  ///< file name it was loaded from, for messages
@@ -157,6 +168,7 @@ struct policy {
     audit_spec audit;
     alerts_spec alerts;
     kill_spec kill;
+    proxy_spec proxy;
     std::vector<job> jobs;  ///< in file order; names unique
 
     const job* find_job(std::string_view name) const noexcept;

@@ -281,7 +281,9 @@ TEST_CASE("deny reasons have stable names", "[decide]") {
     CHECK(to_string(deny_reason::sni_mismatch) == "sni_mismatch");
     CHECK(to_string(deny_reason::kill_switch) == "kill_switch");
     CHECK(to_string(deny_reason::policy_changed) == "policy_changed");
-    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "policy_changed");
+    CHECK(to_string(deny_reason::token_revoked) == "token_revoked");
+    CHECK(to_string(deny_reason::session_ended) == "session_ended");
+    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "audit_unavailable");
 }
 
 TEST_CASE("compiled policy: job lookup and many rules", "[decide]") {

@@ -5,12 +5,15 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <cstdio>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -397,8 +400,8 @@ TEST_CASE("load: the shipped examples load without errors", "[load]") {
 
 TEST_CASE("load: values at the edges of their ranges load", "[load]") {
     const std::string label63(63, 'a');
-    const std::string name253 = label63 + "." + label63 + "." + label63 + "." +
-                                std::string(61, 'b');  // 253 characters
+    const std::string name253 =
+        label63 + "." + label63 + "." + label63 + "." + std::string(61, 'b');  // 253 characters
     REQUIRE(name253.size() == 253);
     check_valid({
         {"ports 1 and 65535", with_rule("{ host: a.com, ports: [65535, 1] }")},
@@ -415,8 +418,8 @@ TEST_CASE("load: values at the edges of their ranges load", "[load]") {
         {"cidr /0", with_rule("{ cidr: 0.0.0.0/0, ports: [22], protocol: tcp }")},
         {"cidr /32", with_rule("{ cidr: 192.0.2.1/32, ports: [22], protocol: tcp }")},
         {"method of 32 characters",
-         with_rule("{ host: a.com, ports: [80], protocol: http, methods: [" +
-              std::string(32, 'A') + "] }")},
+         with_rule("{ host: a.com, ports: [80], protocol: http, methods: [" + std::string(32, 'A') +
+                   "] }")},
         {"methods with - and _",
          with_rule("{ host: a.com, ports: [80], protocol: http, methods: [M-SEARCH, X_Y] }")},
         {"resolves_to loopback and ULA",
@@ -452,8 +455,8 @@ TEST_CASE("load: values at the edges of their ranges load", "[load]") {
         {"CRLF line ends", "listen: { proxy: 127.0.0.1:3128 }\r\njobs: {}\r\n"},
         {"an explicit document start", "---\n" + with_top("")},
         {"an explicit document end", with_top("") + "...\n"},
-        {"an alias to another job", std::string(listen_line) +
-                                        "jobs:\n  a: &card { task: t }\n  b: *card\n"},
+        {"an alias to another job",
+         std::string(listen_line) + "jobs:\n  a: &card { task: t }\n  b: *card\n"},
         {"disjoint sources", std::string(listen_line) +
                                  "jobs:\n  a: { task: t, sources: [10.0.0.0/8, \"fd00::/8\"] }\n"
                                  "  b: { task: t, sources: [11.0.0.0/8, \"fe80::/10\"] }\n"},
@@ -522,8 +525,8 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
          "unknown key 'bogus' (expected one of: proxy, dns, admin)"},
         {"admin", with_top("admin: { token_file: /x, bogus: 1 }"), 3, 26, "admin",
          "unknown key 'bogus' (expected one of: token_file, tls)"},
-        {"admin.tls", with_top("admin: { token_file: /x, tls: { cert: /c, key: /k, bogus: 1 } }"), 3,
-         52, "admin.tls", "unknown key 'bogus' (expected one of: cert, key, client_ca)"},
+        {"admin.tls", with_top("admin: { token_file: /x, tls: { cert: /c, key: /k, bogus: 1 } }"),
+         3, 52, "admin.tls", "unknown key 'bogus' (expected one of: cert, key, client_ca)"},
         {"dns", with_top("dns: { bogus: 1 }"), 3, 8, "dns",
          "unknown key 'bogus' (expected one of: upstream, deny_rcode, default_job)"},
         {"state", with_top("state: { bogus: 1 }"), 3, 10, "state",
@@ -547,10 +550,11 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
         {"filesystem", with_job("    filesystem: { bogus: 1 }"), 5, 19, "jobs.j.filesystem",
          "unknown key 'bogus' (expected one of: scratch, never_write)"},
         {"keys are case-sensitive", with_top("Jobs: {}"), 3, 1, "policy", "unknown key 'Jobs'"},
-        {"a key that is a list", with_top("? [a, b]\n: 1"), 3, 3, "", "keys must be plain words, "
-                                                                 "got a list"},
-        {"a key of a rule that is a mapping", with_rule("{ ? { a: 1 } : 1, host: a.com, ports: [1] }"),
-         6, 13, "jobs.j.egress[0]", "keys must be plain words, got a mapping"},
+        {"a key that is a list", with_top("? [a, b]\n: 1"), 3, 3, "",
+         "keys must be plain words, got a list"},
+        {"a key of a rule that is a mapping",
+         with_rule("{ ? { a: 1 } : 1, host: a.com, ports: [1] }"), 6, 13, "jobs.j.egress[0]",
+         "keys must be plain words, got a mapping"},
     });
 }
 
@@ -597,8 +601,8 @@ TEST_CASE("load: a key given twice is an error", "[load]") {
         {"in a job", with_job("    task: u"), 5, 5, "jobs.j.task", "key given twice"},
         {"in a rule", with_rule("{ host: a.com, host: b.com, ports: [443] }"), 6, 24,
          "jobs.j.egress[0].host", "key given twice"},
-        {"in listen", "listen: { proxy: 127.0.0.1:3128, proxy: 127.0.0.1:3129 }\njobs: {}\n", 1,
-         34, "listen.proxy", "key given twice"},
+        {"in listen", "listen: { proxy: 127.0.0.1:3128, proxy: 127.0.0.1:3129 }\njobs: {}\n", 1, 34,
+         "listen.proxy", "key given twice"},
         {"in limits", with_job("    limits: { max_tunnels: 1, max_tunnels: 2 }"), 5, 31,
          "jobs.j.limits.max_tunnels", "key given twice"},
         {"null twice still counts", with_top("alerts: { webhook: null, webhook: null }"), 3, 26,
@@ -620,8 +624,8 @@ TEST_CASE("load: values of the wrong type", "[load]") {
          "expected a mapping, got 'x'"},
         {"task is a list", std::string(listen_line) + "jobs:\n  j:\n    task: [a]\n", 4, 11,
          "jobs.j.task", "expected a string, got a list"},
-        {"task is a mapping", std::string(listen_line) + "jobs:\n  j:\n    task: { a: 1 }\n", 4,
-         11, "jobs.j.task", "expected a string, got a mapping"},
+        {"task is a mapping", std::string(listen_line) + "jobs:\n  j:\n    task: { a: 1 }\n", 4, 11,
+         "jobs.j.task", "expected a string, got a mapping"},
         {"task is empty", std::string(listen_line) + "jobs:\n  j:\n    task: \"\"\n", 4, 11,
          "jobs.j.task", "must not be empty"},
         {"inputs is a string", with_job("    inputs: x"), 5, 13, "jobs.j.inputs",
@@ -638,8 +642,8 @@ TEST_CASE("load: values of the wrong type", "[load]") {
          "expected a list of rules, got a mapping"},
         {"a rule is a string", with_job("    egress: [ a.com ]"), 5, 15, "jobs.j.egress[0]",
          "expected a mapping, got 'a.com'"},
-        {"ports is a number", with_rule("{ host: a.com, ports: 443 }"), 6, 31, "jobs.j.egress[0].ports",
-         "expected a list of ports, got '443'"},
+        {"ports is a number", with_rule("{ host: a.com, ports: 443 }"), 6, 31,
+         "jobs.j.egress[0].ports", "expected a list of ports, got '443'"},
         {"a port is a list", with_rule("{ host: a.com, ports: [[443]] }"), 6, 32,
          "jobs.j.egress[0].ports[0]", "expected a port 1..65535, got a list"},
         {"a port is null", with_rule("{ host: a.com, ports: [~] }"), 6, 32,
@@ -688,18 +692,18 @@ TEST_CASE("load: values of the wrong type", "[load]") {
         {"admin is a string", with_top("admin: x"), 3, 8, "admin", "expected a mapping, got 'x'"},
         {"token_file is a list", with_top("admin: { token_file: [/t] }"), 3, 22, "admin.token_file",
          "expected a string, got a list"},
-        {"admin.tls is a string", with_top("admin: { token_file: /t, tls: yes }"), 3, 31, "admin.tls",
-         "expected a mapping, got 'yes'"},
+        {"admin.tls is a string", with_top("admin: { token_file: /t, tls: yes }"), 3, 31,
+         "admin.tls", "expected a mapping, got 'yes'"},
         {"dns is a list", with_top("dns: []"), 3, 6, "dns", "expected a mapping, got a list"},
         {"upstream is a string", with_top("dns: { upstream: system }"), 3, 18, "dns.upstream",
          "expected a list of 'system' or ADDRESS:PORT servers, got 'system'"},
         {"an upstream is a list", with_top("dns: { upstream: [[system]] }"), 3, 19,
          "dns.upstream[0]", "expected a string, got a list"},
-        {"deny_rcode is a list", with_top("dns: { deny_rcode: [REFUSED] }"), 3, 20, "dns.deny_rcode",
-         "expected a string, got a list"},
-        {"default_job is a list", std::string(listen_line) + "dns: { default_job: [j] }\n" +
-                                      "jobs:\n  j: { task: t }\n",
-         2, 21, "dns.default_job", "expected a string, got a list"},
+        {"deny_rcode is a list", with_top("dns: { deny_rcode: [REFUSED] }"), 3, 20,
+         "dns.deny_rcode", "expected a string, got a list"},
+        {"default_job is a list",
+         std::string(listen_line) + "dns: { default_job: [j] }\n" + "jobs:\n  j: { task: t }\n", 2,
+         21, "dns.default_job", "expected a string, got a list"},
         {"state is a string", with_top("state: /var"), 3, 8, "state",
          "expected a mapping, got '/var'"},
         {"state.path is a list", with_top("state: { path: [/var] }"), 3, 16, "state.path",
@@ -707,9 +711,10 @@ TEST_CASE("load: values of the wrong type", "[load]") {
         {"audit is a number", with_top("audit: 1"), 3, 8, "audit", "expected a mapping, got '1'"},
         {"retention_days is a mapping", with_top("audit: { retention_days: { a: 1 } }"), 3, 26,
          "audit.retention_days", "expected days 1..3650, got a mapping"},
-        {"alerts is a list", with_top("alerts: []"), 3, 9, "alerts", "expected a mapping, got a list"},
-        {"webhook is a mapping", with_top("alerts: { webhook: { url: x } }"), 3, 20, "alerts.webhook",
-         "expected a string, got a mapping"},
+        {"alerts is a list", with_top("alerts: []"), 3, 9, "alerts",
+         "expected a mapping, got a list"},
+        {"webhook is a mapping", with_top("alerts: { webhook: { url: x } }"), 3, 20,
+         "alerts.webhook", "expected a string, got a mapping"},
         {"kill is a string", with_top("kill: x"), 3, 7, "kill", "expected a mapping, got 'x'"},
         {"stop_authority is a string", with_top("kill: { stop_authority: oncall }"), 3, 25,
          "kill.stop_authority", "expected a list of people or teams, got 'oncall'"},
@@ -776,11 +781,11 @@ TEST_CASE("load: ports", "[load]") {
          "expected a port 1..65535, got 'x'"},
         {"leading zero", with_rule("{ host: a.com, ports: [443, 0443] }"), 6, 37, p + "[1]",
          "expected a port 1..65535, got '0443'"},
-        {"hex", with_rule("{ host: a.com, ports: [443, 0x1bb] }"), 6, 37, p + "[1]",
-         "got '0x1bb'"},
+        {"hex", with_rule("{ host: a.com, ports: [443, 0x1bb] }"), 6, 37, p + "[1]", "got '0x1bb'"},
         {"plus sign", with_rule("{ host: a.com, ports: [443, +443] }"), 6, 37, p + "[1]",
          "got '+443'"},
-        {"fraction", with_rule("{ host: a.com, ports: [443, 1.5] }"), 6, 37, p + "[1]", "got '1.5'"},
+        {"fraction", with_rule("{ host: a.com, ports: [443, 1.5] }"), 6, 37, p + "[1]",
+         "got '1.5'"},
         {"empty string", with_rule("{ host: a.com, ports: [443, ''] }"), 6, 37, p + "[1]",
          "got ''"},
         {"beyond 64 bits", with_rule("{ host: a.com, ports: [443, 99999999999999999999] }"), 6, 37,
@@ -789,8 +794,8 @@ TEST_CASE("load: ports", "[load]") {
          "got '8000-8080'"},
         {"duplicate", with_rule("{ host: a.com, ports: [443, 80, 443] }"), 6, 41, p + "[2]",
          "port 443 listed twice"},
-        {"duplicate written differently", with_rule("{ host: a.com, ports: [443, \"443\"] }"), 6, 37,
-         p + "[1]", "port 443 listed twice"},
+        {"duplicate written differently", with_rule("{ host: a.com, ports: [443, \"443\"] }"), 6,
+         37, p + "[1]", "port 443 listed twice"},
     });
 }
 
@@ -798,8 +803,8 @@ TEST_CASE("load: host patterns", "[load]") {
     const std::string p = "jobs.j.egress[0].host";
     const std::string label64(64, 'x');
     const std::string label63(63, 'a');
-    const std::string name254 = label63 + "." + label63 + "." + label63 + "." +
-                                std::string(62, 'b');
+    const std::string name254 =
+        label63 + "." + label63 + "." + label63 + "." + std::string(62, 'b');
     REQUIRE(name254.size() == 254);
     check_cases({
         {"'*' inside a label", with_rule("{ host: \"a*.b.com\", ports: [443] }"), 6, 17, p,
@@ -820,8 +825,8 @@ TEST_CASE("load: host patterns", "[load]") {
          "'-a.com': label starts or ends with '-'"},
         {"trailing hyphen", with_rule("{ host: a-.com, ports: [443] }"), 6, 17, p,
          "'a-.com': label starts or ends with '-'"},
-        {"label of 64 characters", with_rule("{ host: " + label64 + ".com, ports: [443] }"), 6, 17, p,
-         "label longer than 63 characters"},
+        {"label of 64 characters", with_rule("{ host: " + label64 + ".com, ports: [443] }"), 6, 17,
+         p, "label longer than 63 characters"},
         {"name of 254 characters", with_rule("{ host: " + name254 + ", ports: [443] }"), 6, 17, p,
          "host name is longer than 253 characters"},
         {"underscore", with_rule("{ host: ex_ample.com, ports: [443] }"), 6, 17, p,
@@ -865,8 +870,9 @@ TEST_CASE("load: CIDR prefixes", "[load]") {
     check_cases({
         {"host bits set", with_rule("{ cidr: 10.0.0.1/8, ports: [22], protocol: tcp }"), 6, 17, c,
          "10.0.0.1/8 has host bits set; did you mean 10.0.0.0/8?"},
-        {"IPv6 host bits set", with_rule("{ cidr: \"2001:db8::1/32\", ports: [22], protocol: tcp }"), 6,
-         17, c, "has host bits set; did you mean 2001:db8::/32?"},
+        {"IPv6 host bits set",
+         with_rule("{ cidr: \"2001:db8::1/32\", ports: [22], protocol: tcp }"), 6, 17, c,
+         "has host bits set; did you mean 2001:db8::/32?"},
         {"/33", with_rule("{ cidr: 10.0.0.0/33, ports: [22], protocol: tcp }"), 6, 17, c,
          "prefix length 33 is out of range 0..32 for IPv4"},
         {"/129", with_rule("{ cidr: \"::/129\", ports: [22], protocol: tcp }"), 6, 17, c,
@@ -877,15 +883,17 @@ TEST_CASE("load: CIDR prefixes", "[load]") {
          "expected ADDRESS/LENGTH, got 'nope'"},
         {"empty length", with_rule("{ cidr: 10.0.0.0/, ports: [22], protocol: tcp }"), 6, 17, c,
          "with no length after '/'"},
-        {"leading zero in the length", with_rule("{ cidr: 10.0.0.0/08, ports: [22], protocol: tcp }"),
-         6, 17, c, "prefix length '08' has a leading zero"},
+        {"leading zero in the length",
+         with_rule("{ cidr: 10.0.0.0/08, ports: [22], protocol: tcp }"), 6, 17, c,
+         "prefix length '08' has a leading zero"},
         {"no address", with_rule("{ cidr: /8, ports: [22], protocol: tcp }"), 6, 17, c,
          "with no address"},
-        {"a name", with_rule("{ cidr: example.com/24, ports: [22], protocol: tcp }"), 6, 17, c, ""},
-        {"in sources", with_job("    sources: [10.0.0.0/8, 10.0.0.1/8]"), 5, 27, "jobs.j.sources[1]",
-         "10.0.0.1/8 has host bits set"},
-        {"in resolves_to", with_rule("{ host: a.com, ports: [443], resolves_to: [10.0.0.0/33] }"), 6,
-         52, "jobs.j.egress[0].resolves_to[0]", "prefix length 33 is out of range"},
+        {"a name", with_rule("{ cidr: example.com/24, ports: [22], protocol: tcp }"), 6, 17, c,
+         "'example.com' is not an IP address"},
+        {"in sources", with_job("    sources: [10.0.0.0/8, 10.0.0.1/8]"), 5, 27,
+         "jobs.j.sources[1]", "10.0.0.1/8 has host bits set"},
+        {"in resolves_to", with_rule("{ host: a.com, ports: [443], resolves_to: [10.0.0.0/33] }"),
+         6, 52, "jobs.j.egress[0].resolves_to[0]", "prefix length 33 is out of range"},
     });
 }
 
@@ -896,12 +904,15 @@ TEST_CASE("load: protocol and methods", "[load]") {
          r + ".protocol", "unknown protocol 'udp' (expected tls, tcp or http)"},
         {"protocol in upper case", with_rule("{ host: a.com, ports: [53], protocol: TLS }"), 6, 47,
          r + ".protocol", "unknown protocol 'TLS'"},
-        {"methods with the default protocol", with_rule("{ host: a.com, ports: [443], methods: [GET] }"),
-         6, 47, r + ".methods", "'methods' applies only to protocol: http"},
-        {"methods with tls", with_rule("{ host: a.com, ports: [443], protocol: tls, methods: [GET] }"),
-         6, 62, r + ".methods", "'methods' applies only to protocol: http"},
-        {"methods with tcp", with_rule("{ host: a.com, ports: [443], protocol: tcp, methods: [GET] }"),
-         6, 62, r + ".methods", "'methods' applies only to protocol: http"},
+        {"methods with the default protocol",
+         with_rule("{ host: a.com, ports: [443], methods: [GET] }"), 6, 47, r + ".methods",
+         "'methods' applies only to protocol: http"},
+        {"methods with tls",
+         with_rule("{ host: a.com, ports: [443], protocol: tls, methods: [GET] }"), 6, 62,
+         r + ".methods", "'methods' applies only to protocol: http"},
+        {"methods with tcp",
+         with_rule("{ host: a.com, ports: [443], protocol: tcp, methods: [GET] }"), 6, 62,
+         r + ".methods", "'methods' applies only to protocol: http"},
         {"lower-case method",
          with_rule("{ host: a.com, ports: [80], protocol: http, methods: [GET, get] }"), 6, 68,
          r + ".methods[1]", "'get' is not an HTTP method (write it in upper case, e.g. GET)"},
@@ -913,24 +924,25 @@ TEST_CASE("load: protocol and methods", "[load]") {
          r + ".methods[0]", "'GE T' is not an HTTP method"},
         {"method of 33 characters",
          with_rule("{ host: a.com, ports: [80], protocol: http, methods: [" + std::string(33, 'A') +
-              "] }"),
+                   "] }"),
          6, 63, r + ".methods[0]", "is not an HTTP method"},
-        {"empty method", with_rule("{ host: a.com, ports: [80], protocol: http, methods: [''] }"), 6,
-         63, r + ".methods[0]", "must not be empty"},
-        {"CONNECT", with_rule("{ host: a.com, ports: [80], protocol: http, methods: [CONNECT] }"), 6,
-         63, r + ".methods[0]", "CONNECT is not forwarded by http rules; use a tls or tcp rule"},
-        {"empty methods list", with_rule("{ host: a.com, ports: [80], protocol: http, methods: [] }"),
-         6, 62, r + ".methods",
-         "an empty list allows no method; leave 'methods' out to allow any"},
+        {"empty method", with_rule("{ host: a.com, ports: [80], protocol: http, methods: [''] }"),
+         6, 63, r + ".methods[0]", "must not be empty"},
+        {"CONNECT", with_rule("{ host: a.com, ports: [80], protocol: http, methods: [CONNECT] }"),
+         6, 63, r + ".methods[0]", "CONNECT is not forwarded by http rules; use a tls or tcp rule"},
+        {"empty methods list",
+         with_rule("{ host: a.com, ports: [80], protocol: http, methods: [] }"), 6, 62,
+         r + ".methods", "an empty list allows no method; leave 'methods' out to allow any"},
         {"method listed twice",
          with_rule("{ host: a.com, ports: [80], protocol: http, methods: [GET, GET] }"), 6, 68,
          r + ".methods[1]", "'GET' listed twice"},
-        {"cidr rule without a protocol", with_rule("{ cidr: 203.0.113.0/24, ports: [22] }"), 6, 9, r,
-         "a 'cidr' rule must name its protocol: tcp or http"},
+        {"cidr rule without a protocol", with_rule("{ cidr: 203.0.113.0/24, ports: [22] }"), 6, 9,
+         r, "a 'cidr' rule must name its protocol: tcp or http"},
         {"cidr rule with tls", with_rule("{ cidr: 203.0.113.0/24, ports: [22], protocol: tls }"), 6,
          56, r + ".protocol", "tls needs a host name to check the SNI against; use tcp"},
-        {"host and cidr", with_rule("{ host: a.com, cidr: 10.0.0.0/8, ports: [443], protocol: tcp }"),
-         6, 9, r, "give either 'host' or 'cidr', not both"},
+        {"host and cidr",
+         with_rule("{ host: a.com, cidr: 10.0.0.0/8, ports: [443], protocol: tcp }"), 6, 9, r,
+         "give either 'host' or 'cidr', not both"},
         {"protocol empty", with_rule("{ host: a.com, ports: [443], protocol: '' }"), 6, 48,
          r + ".protocol", "must not be empty"},
     });
@@ -948,7 +960,8 @@ TEST_CASE("load: resolves_to", "[load]") {
     const std::string r = "jobs.j.egress[0].resolves_to";
     check_cases({
         {"on a cidr rule",
-         with_rule("{ cidr: 203.0.113.0/24, ports: [22], protocol: tcp, resolves_to: [10.0.0.0/8] }"),
+         with_rule(
+             "{ cidr: 203.0.113.0/24, ports: [22], protocol: tcp, resolves_to: [10.0.0.0/8] }"),
          6, 74, r, "applies only to 'host' rules"},
         {"public space", with_rule("{ host: a.com, ports: [443], resolves_to: [8.8.8.0/24] }"), 6,
          52, r + "[0]",
@@ -958,8 +971,8 @@ TEST_CASE("load: resolves_to", "[load]") {
          r + "[1]", "1.1.1.1/32 is public address space"},
         {"every IPv4 address", with_rule("{ host: a.com, ports: [443], resolves_to: [0.0.0.0/0] }"),
          6, 52, r + "[0]", "0.0.0.0/0 reaches beyond the unspecified range"},
-        {"every IPv6 address", with_rule("{ host: a.com, ports: [443], resolves_to: [\"::/0\"] }"), 6,
-         52, r + "[0]", "::/0 reaches beyond the unspecified range"},
+        {"every IPv6 address", with_rule("{ host: a.com, ports: [443], resolves_to: [\"::/0\"] }"),
+         6, 52, r + "[0]", "::/0 reaches beyond the unspecified range"},
         {"wider than one private range",
          with_rule("{ host: a.com, ports: [443], resolves_to: [10.0.0.0/7] }"), 6, 52, r + "[0]",
          "10.0.0.0/7 reaches beyond the private range 10.0.0.0/8"},
@@ -1009,7 +1022,8 @@ TEST_CASE("load: limits", "[load]") {
          "expected a size above 0 such as 500MB or 1GiB, got '1XB'"},
         {"max_bytes_up 0", with_job("    limits: { max_bytes_up: 0 }"), 5, 29, b,
          "expected a size above 0 such as 500MB or 1GiB, got '0'"},
-        {"max_bytes_up 0GiB", with_job("    limits: { max_bytes_up: 0GiB }"), 5, 29, b, "got '0GiB'"},
+        {"max_bytes_up 0GiB", with_job("    limits: { max_bytes_up: 0GiB }"), 5, 29, b,
+         "got '0GiB'"},
         {"max_bytes_up -5", with_job("    limits: { max_bytes_up: -5 }"), 5, 29, b, "got '-5'"},
         {"max_bytes_up 1.5GB", with_job("    limits: { max_bytes_up: 1.5GB }"), 5, 29, b,
          "got '1.5GB'"},
@@ -1028,18 +1042,19 @@ TEST_CASE("load: limits", "[load]") {
 TEST_CASE("load: filesystem", "[load]") {
     const std::string f = "jobs.j.filesystem";
     check_cases({
-        {"relative scratch", with_job("    filesystem: { scratch: scratch }"), 5, 28, f + ".scratch",
-         "'scratch' is not an absolute path"},
+        {"relative scratch", with_job("    filesystem: { scratch: scratch }"), 5, 28,
+         f + ".scratch", "'scratch' is not an absolute path"},
         {"scratch /", with_job("    filesystem: { scratch: / }"), 5, 28, f + ".scratch",
          "the scratch dir cannot be / (it is wiped)"},
         {"scratch inside never_write",
-         with_job("    filesystem: { scratch: /home/agent/scratch, never_write: [/etc, /home] }"), 5,
-         69, f + ".never_write[1]", "scratch dir /home/agent/scratch lies in never_write path /home"},
+         with_job("    filesystem: { scratch: /home/agent/scratch, never_write: [/etc, /home] }"),
+         5, 69, f + ".never_write[1]",
+         "scratch dir /home/agent/scratch lies in never_write path /home"},
         {"scratch equal to never_write",
          with_job("    filesystem: { scratch: /scratch, never_write: [/scratch/] }"), 5, 52,
          f + ".never_write[0]", "scratch dir /scratch lies in never_write path /scratch/"},
-        {"never_write /", with_job("    filesystem: { scratch: /scratch, never_write: [/] }"), 5, 52,
-         f + ".never_write[0]", "lies in never_write path /"},
+        {"never_write /", with_job("    filesystem: { scratch: /scratch, never_write: [/] }"), 5,
+         52, f + ".never_write[0]", "lies in never_write path /"},
         {"never_write written first",
          with_job("    filesystem: { never_write: [/tmp], scratch: /tmp/s }"), 5, 33,
          f + ".never_write[0]", "scratch dir /tmp/s lies in never_write path /tmp"},
@@ -1051,16 +1066,16 @@ TEST_CASE("load: filesystem", "[load]") {
         // "/tmp/.." is / too.
         {"scratch //", with_job("    filesystem: { scratch: // }"), 5, 28, f + ".scratch",
          "'//' is not a plain path: write it without '//', '.' or '..' parts"},
-        {"scratch /tmp/..", with_job("    filesystem: { scratch: /tmp/.. }"), 5, 28,
-         f + ".scratch", "'/tmp/..' is not a plain path"},
+        {"scratch /tmp/..", with_job("    filesystem: { scratch: /tmp/.. }"), 5, 28, f + ".scratch",
+         "'/tmp/..' is not a plain path"},
         {"scratch /./", with_job("    filesystem: { scratch: /./ }"), 5, 28, f + ".scratch",
          "'/./' is not a plain path"},
         {"scratch with // inside a never_write path",
-         with_job("    filesystem: { scratch: /home//agent, never_write: [/home/agent] }"), 5,
-         28, f + ".scratch", "'/home//agent' is not a plain path"},
+         with_job("    filesystem: { scratch: /home//agent, never_write: [/home/agent] }"), 5, 28,
+         f + ".scratch", "'/home//agent' is not a plain path"},
         {"never_write with ..",
-         with_job("    filesystem: { scratch: /scratch, never_write: [/etc/../scratch] }"), 5,
-         52, f + ".never_write[0]", "'/etc/../scratch' is not a plain path"},
+         with_job("    filesystem: { scratch: /scratch, never_write: [/etc/../scratch] }"), 5, 52,
+         f + ".never_write[0]", "'/etc/../scratch' is not a plain path"},
     });
 }
 
@@ -1101,8 +1116,9 @@ TEST_CASE("load: job names", "[load]") {
          rule_text},
         {"a list", std::string(listen_line) + "jobs:\n  ? [a]\n  : { task: t }\n", 3, 5, "jobs",
          "job names must be plain words, got a list"},
-        {"duplicate", std::string(listen_line) +
-                          "jobs:\n  a:\n    task: t\n  b:\n    task: t\n  a:\n    task: u\n",
+        {"duplicate",
+         std::string(listen_line) +
+             "jobs:\n  a:\n    task: t\n  b:\n    task: t\n  a:\n    task: u\n",
          7, 3, "jobs.a", "duplicate job name"},
     });
     SECTION("a job with no value is reported at its name") {
@@ -1145,7 +1161,7 @@ TEST_CASE("load: dns", "[load]") {
         {"upstream port 65536", with_top("dns: { upstream: [8.8.8.8:65536] }"), 3, 19,
          "dns.upstream[0]", "'65536' is not a port"},
         {"upstream port 0", with_top("dns: { upstream: [8.8.8.8:0] }"), 3, 19, "dns.upstream[0]",
-         "port 0"},
+         "port 0 is not a server's port; expected 1..65535"},
         {"upstream SYSTEM", with_top("dns: { upstream: [SYSTEM] }"), 3, 19, "dns.upstream[0]",
          "expected ADDRESS:PORT"},
         {"upstream empty string", with_top("dns: { upstream: [''] }"), 3, 19, "dns.upstream[0]",
@@ -1167,8 +1183,8 @@ TEST_CASE("load: alerts, audit and kill", "[load]") {
          "alerts.webhook", "URL contains whitespace"},
         {"webhook with a newline", with_top("alerts: { webhook: \"https://x\\n\" }"), 3, 20,
          "alerts.webhook", "URL contains whitespace"},
-        {"retention_days 0", with_top("audit: { retention_days: 0 }"), 3, 26, "audit.retention_days",
-         "0 is out of range; expected days 1..3650"},
+        {"retention_days 0", with_top("audit: { retention_days: 0 }"), 3, 26,
+         "audit.retention_days", "0 is out of range; expected days 1..3650"},
         {"retention_days 3651", with_top("audit: { retention_days: 3651 }"), 3, 26,
          "audit.retention_days", "3651 is out of range; expected days 1..3650"},
         {"retention_days 1e3", with_top("audit: { retention_days: 1e3 }"), 3, 26,
@@ -1193,8 +1209,8 @@ TEST_CASE("load: listen", "[load]") {
     check_cases({
         {"a name, not an address", "listen: { proxy: localhost:3128 }\n" + jobs, 1, 18,
          "listen.proxy", "'localhost' is not an IP address (listen on an address, not a name)"},
-        {"IPv6 without brackets", "listen: { proxy: \"::1:3128\" }\n" + jobs, 1, 18,
-         "listen.proxy", "write IPv6 addresses in brackets, e.g. [::1]:3128"},
+        {"IPv6 without brackets", "listen: { proxy: \"::1:3128\" }\n" + jobs, 1, 18, "listen.proxy",
+         "write IPv6 addresses in brackets, e.g. [::1]:3128"},
         {"port 70000", "listen: { proxy: 127.0.0.1:70000 }\n" + jobs, 1, 18, "listen.proxy",
          "'70000' is not a port 0..65535"},
         {"no port", "listen: { proxy: 127.0.0.1 }\n" + jobs, 1, 18, "listen.proxy",
@@ -1207,10 +1223,10 @@ TEST_CASE("load: listen", "[load]") {
          "listen.proxy", "expected [IPV6]:PORT"},
         {"unclosed bracket", "listen: { proxy: \"[::1:3128\" }\n" + jobs, 1, 18, "listen.proxy",
          "expected [IPV6]:PORT"},
-        {"dns not an address", "listen: { proxy: 127.0.0.1:3128, dns: \"x:53\" }\n" + jobs, 1,
-         39, "listen.dns", "'x' is not an IP address"},
-        {"admin without a port", "listen: { proxy: 127.0.0.1:3128, admin: 1.2.3.4 }\n" + jobs,
-         1, 41, "listen.admin", "expected ADDRESS:PORT"},
+        {"dns not an address", "listen: { proxy: 127.0.0.1:3128, dns: \"x:53\" }\n" + jobs, 1, 39,
+         "listen.dns", "'x' is not an IP address"},
+        {"admin without a port", "listen: { proxy: 127.0.0.1:3128, admin: 1.2.3.4 }\n" + jobs, 1,
+         41, "listen.admin", "expected ADDRESS:PORT"},
         {"proxy and dns on one address",
          "listen: { proxy: 127.0.0.1:3128, dns: 127.0.0.1:3128 }\n" + jobs, 1, 9, "listen",
          "proxy and dns both use 127.0.0.1:3128"},
@@ -1255,13 +1271,13 @@ TEST_CASE("load: admin", "[load]") {
          "missing 'token_file': the admin API is never open without a token"},
         {"token_file relative", with_top("admin: { token_file: admin.token }"), 3, 22,
          "admin.token_file", "'admin.token' is not an absolute path"},
-        {"tls cert relative", with_top("admin: { token_file: /t, tls: { cert: c.pem, key: /k } }"), 3,
-         39, "admin.tls.cert", "'c.pem' is not an absolute path"},
-        {"tls key relative", with_top("admin: { token_file: /t, tls: { cert: /c, key: k.pem } }"), 3,
-         48, "admin.tls.key", "'k.pem' is not an absolute path"},
+        {"tls cert relative", with_top("admin: { token_file: /t, tls: { cert: c.pem, key: /k } }"),
+         3, 39, "admin.tls.cert", "'c.pem' is not an absolute path"},
+        {"tls key relative", with_top("admin: { token_file: /t, tls: { cert: /c, key: k.pem } }"),
+         3, 48, "admin.tls.key", "'k.pem' is not an absolute path"},
         {"tls client_ca relative",
-         with_top("admin: { token_file: /t, tls: { cert: /c, key: /k, client_ca: ca.pem } }"), 3, 63,
-         "admin.tls.client_ca", "'ca.pem' is not an absolute path"},
+         with_top("admin: { token_file: /t, tls: { cert: /c, key: /k, client_ca: ca.pem } }"), 3,
+         63, "admin.tls.client_ca", "'ca.pem' is not an absolute path"},
     });
 }
 
@@ -1283,9 +1299,10 @@ TEST_CASE("load: a client address belongs to one job", "[load]") {
          4, 3, "jobs.b.sources", "fd00::/8 overlaps fd00::/8 of job a"},
     });
     SECTION("three jobs with one prefix: every pair") {
-        const load_result r = load(head + "  a: { task: t, sources: [10.0.0.0/8] }\n"
-                                          "  b: { task: t, sources: [10.0.0.0/8] }\n"
-                                          "  c: { task: t, sources: [10.0.0.0/8] }\n");
+        const load_result r = load(head +
+                                   "  a: { task: t, sources: [10.0.0.0/8] }\n"
+                                   "  b: { task: t, sources: [10.0.0.0/8] }\n"
+                                   "  c: { task: t, sources: [10.0.0.0/8] }\n");
         INFO(dump(r));
         REQUIRE(r.errors.size() == 3);
         CHECK(r.errors[0].line == 4);
@@ -1342,8 +1359,9 @@ TEST_CASE("load: a broken file reports every error, in line order", "[load]") {
         {12, 17, "jobs.broken.egress[0].host: 'a*.example.com': '*' is allowed only"},
         {13, 56, "jobs.broken.egress[1].methods: 'methods' applies only to protocol: http"},
         {14, 17, "jobs.broken.egress[2].cidr: 10.0.0.1/8 has host bits set"},
-        {15, 47, "jobs.broken.egress[3].ports[1]: 70000 is out of range; expected a port "
-                 "1..65535"},
+        {15, 47,
+         "jobs.broken.egress[3].ports[1]: 70000 is out of range; expected a port "
+         "1..65535"},
         {16, 28, "jobs.broken.limits.max_tunnels: 0 is out of range"},
         {17, 22, "jobs.broken.identity.ttl: '30s' is outside 1m..24h"},
         {18, 17, "jobs.broken.env[1]: '1BAD' is not a variable name"},
@@ -1438,8 +1456,9 @@ TEST_CASE("load: whole-file errors", "[load]") {
 
 TEST_CASE("load: the top level must be a mapping", "[load]") {
     check_cases({
-        {"a scalar", "hello\n", 1, 1, "", "a policy is a mapping with keys listen, jobs, ...; "
-                                          "got 'hello'"},
+        {"a scalar", "hello\n", 1, 1, "",
+         "a policy is a mapping with keys listen, jobs, ...; "
+         "got 'hello'"},
         {"a list", "- listen\n- jobs\n", 1, 1, "", "got a list"},
         {"a flow list after blank lines", "\n\n  [a, b]\n", 3, 3, "", "got a list"},
         {"a number", "42", 1, 1, "", "got '42'"},
@@ -1478,8 +1497,8 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK_THAT(r.errors[0].message, StartsWith("not valid YAML: "));
     }
     SECTION("10,000 balanced nested lists inside a job") {
-        const load_result r = load(with_job("    inputs: " + std::string(10'000, '[') +
-                                       std::string(10'000, ']')));
+        const load_result r =
+            load(with_job("    inputs: " + std::string(10'000, '[') + std::string(10'000, ']')));
         INFO(dump(r));
         CHECK_FALSE(r.ok());
         REQUIRE_FALSE(r.errors.empty());
@@ -1495,8 +1514,8 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK_FALSE(r.errors.empty());
     }
     SECTION("a billion laughs: aliases are not expanded") {
-        std::string text = std::string(listen_line) +
-                           "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+        std::string text =
+            std::string(listen_line) + "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
         for (int i = 1; i < 10; ++i) {
             text += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
             for (int k = 0; k < 9; ++k) {
@@ -1511,8 +1530,8 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK(r.errors.size() == 19);
     }
     SECTION("a merge key is an unknown key, not a merge") {
-        const load_result r = load(std::string(listen_line) +
-                                   "jobs:\n  a: &b { task: t }\n  b: { <<: *b }\n");
+        const load_result r =
+            load(std::string(listen_line) + "jobs:\n  a: &b { task: t }\n  b: { <<: *b }\n");
         INFO(dump(r));
         CHECK_FALSE(r.ok());
         bool saw_merge = false;
@@ -1524,7 +1543,7 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
     SECTION("control characters and invalid UTF-8 in values") {
         const load_result r =
             load(with_job("    inputs: [\"\\x1b[31mred\"]\n    egress: [{ host: \"a\xff.com\", "
-                     "ports: [443] }]"));
+                          "ports: [443] }]"));
         INFO(dump(r));
         REQUIRE(r.errors.size() == 1);
         CHECK_THAT(r.errors[0].message, Contains("non-ASCII byte"));
@@ -1606,7 +1625,7 @@ TEST_CASE("load: diagnostic::to_string", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK(r.errors[0].to_string() ==
               "etc/cordon.yaml:3:1: policy: unknown key 'bogus' (expected one of: listen, admin, "
-              "dns, state, audit, alerts, kill, jobs)");
+              "dns, state, audit, alerts, kill, proxy, jobs)");
     }
     SECTION("a YAML syntax error carries its position") {
         const load_result r = load_policy("{ unclosed", "x.yaml");

@@ -187,10 +187,8 @@ TEST_CASE("policy: egress_rule::describe", "[policy]") {
     CHECK(host_rule("*.example.com", {443}).describe() == "*.example.com:443/tls");
     CHECK(host_rule("wiki.corp.example", {80, 8080}, protocol::http).describe() ==
           "wiki.corp.example:80,8080/http");
-    CHECK(host_rule("git.example.com", {22}, protocol::tcp).describe() ==
-          "git.example.com:22/tcp");
-    CHECK(cidr_rule("203.0.113.0/24", {22}, protocol::tcp).describe() ==
-          "203.0.113.0/24:22/tcp");
+    CHECK(host_rule("git.example.com", {22}, protocol::tcp).describe() == "git.example.com:22/tcp");
+    CHECK(cidr_rule("203.0.113.0/24", {22}, protocol::tcp).describe() == "203.0.113.0/24:22/tcp");
     CHECK(cidr_rule("2001:db8::/32", {80, 443}, protocol::http).describe() ==
           "2001:db8::/32:80,443/http");
     const egress_rule empty;

@@ -1,0 +1,196 @@
+// `cordon session create|list|end` and `cordon status`: thin clients of the admin API.
+
+#include <boost/json.hpp>
+
+#include <iostream>
+#include <string>
+
+#include "cli/admin_client.hpp"
+#include "cli/verbs.hpp"
+
+namespace cordon::cli {
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::string_view session_usage = R"(usage: cordon session create JOB [--ttl DURATION] [--json]
+       cordon session list [--json]
+       cordon session end ID
+
+Manages sessions through the admin API. `create` prints the session id, its token
+and the proxy URL to give the agent (HTTPS_PROXY=...); the token is shown once.
+
+admin options (every verb that talks to the admin API):
+  --admin URL              the admin API (default http://127.0.0.1:9090; env CORDON_ADMIN)
+  --admin-token-file FILE  its bearer token (env CORDON_ADMIN_TOKEN_FILE)
+)";
+
+constexpr std::string_view status_usage = R"(usage: cordon status [--json] [--admin URL] [--admin-token-file FILE]
+
+Shows cordon's state through the admin API: listeners, policy, audit log health,
+active sessions and live connections.
+)";
+
+bool take_flag(std::vector<std::string_view>& a, std::string_view flag) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+        if (*it == flag) {
+            a.erase(it);
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string str(const json::value& v) {
+    if (v.is_string()) {
+        return std::string(v.as_string());
+    }
+    return json::serialize(v);
+}
+
+int call(const admin_target& t, std::string_view verb, std::string_view method,
+         std::string_view path, std::string_view body, json::value& out) {
+    try {
+        const admin_response r = admin_call(t, method, path, body);
+        if (r.status < 200 || r.status >= 300) {
+            return report_failure(verb, r);
+        }
+        boost::system::error_code ec;
+        out = json::parse(r.body, ec);
+        if (ec) {
+            std::cerr << "cordon " << verb << ": the admin API sent invalid JSON\n";
+            return 1;
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        std::cerr << "cordon " << verb << ": " << e.what() << '\n';
+        return 1;
+    }
+}
+
+}  // namespace
+
+int session(args in) {
+    if (in.empty() || wants_help(in)) {
+        std::cout << session_usage;
+        return in.empty() ? 2 : 0;
+    }
+    std::vector<std::string_view> a(in.begin() + 1, in.end());
+    const std::string_view sub = in[0];
+    const bool as_json = take_flag(a, "--json");
+    std::string ttl;
+    for (auto it = a.begin(); it != a.end(); ++it) {
+        if (*it == "--ttl" && it + 1 != a.end()) {
+            ttl = std::string(*(it + 1));
+            a.erase(it, it + 2);
+            break;
+        }
+    }
+    admin_target t;
+    if (!parse_admin_options(a, t)) {
+        return 2;
+    }
+    json::value v;
+    if (sub == "create") {
+        if (a.size() != 1) {
+            std::cerr << "cordon session create: JOB is required\n" << session_usage;
+            return 2;
+        }
+        json::object body{{"job", std::string(a[0])}};
+        if (!ttl.empty()) {
+            body["ttl"] = ttl;
+        }
+        if (int rc = call(t, "session create", "POST", "/v1/sessions", json::serialize(body), v)) {
+            return rc;
+        }
+        if (as_json) {
+            std::cout << json::serialize(v) << '\n';
+            return 0;
+        }
+        const auto& o = v.as_object();
+        std::cout << "session    " << str(o.at("id")) << "\n"
+                  << "token id   " << str(o.at("token_id")) << "\n"
+                  << "expires at " << str(o.at("expires_at")) << "\n"
+                  << "proxy url  " << str(o.at("proxy_url")) << "\n\n"
+                  << "give the agent:\n  export HTTPS_PROXY=" << str(o.at("proxy_url"))
+                  << " HTTP_PROXY=" << str(o.at("proxy_url")) << '\n';
+        return 0;
+    }
+    if (sub == "list") {
+        if (int rc = call(t, "session list", "GET", "/v1/sessions", {}, v)) {
+            return rc;
+        }
+        if (as_json) {
+            std::cout << json::serialize(v) << '\n';
+            return 0;
+        }
+        const auto& list = v.as_object().at("sessions").as_array();
+        std::cout << "ID                   JOB                  STATE    EXPIRES\n";
+        for (const auto& s : list) {
+            const auto& o = s.as_object();
+            std::string id = str(o.at("id"));
+            std::string job = str(o.at("job"));
+            id.resize(std::max<std::size_t>(id.size(), 20), ' ');
+            job.resize(std::max<std::size_t>(job.size(), 20), ' ');
+            std::string state = str(o.at("state"));
+            state.resize(std::max<std::size_t>(state.size(), 8), ' ');
+            std::cout << id << ' ' << job << ' ' << state << ' ' << str(o.at("expires_at"))
+                      << '\n';
+        }
+        return 0;
+    }
+    if (sub == "end") {
+        if (a.size() != 1) {
+            std::cerr << "cordon session end: ID is required\n" << session_usage;
+            return 2;
+        }
+        if (int rc = call(t, "session end", "DELETE", "/v1/sessions/" + std::string(a[0]), {},
+                          v)) {
+            return rc;
+        }
+        std::cout << "session " << a[0] << " ended; "
+                  << str(v.as_object().at("connections_closed")) << " connections closed\n";
+        return 0;
+    }
+    std::cerr << "cordon session: unknown subcommand '" << sub << "'\n" << session_usage;
+    return 2;
+}
+
+int status(args in) {
+    if (wants_help(in)) {
+        std::cout << status_usage;
+        return 0;
+    }
+    std::vector<std::string_view> a(in.begin(), in.end());
+    const bool as_json = take_flag(a, "--json");
+    admin_target t;
+    if (!parse_admin_options(a, t)) {
+        return 2;
+    }
+    if (!a.empty()) {
+        std::cerr << "cordon status: unexpected argument '" << a[0] << "'\n" << status_usage;
+        return 2;
+    }
+    json::value v;
+    if (int rc = call(t, "status", "GET", "/v1/status", {}, v)) {
+        return rc;
+    }
+    if (as_json) {
+        std::cout << json::serialize(v) << '\n';
+        return 0;
+    }
+    const auto& o = v.as_object();
+    const auto& pol = o.at("policy").as_object();
+    const auto& aud = o.at("audit").as_object();
+    std::cout << "cordon " << str(o.at("version")) << ", up " << str(o.at("uptime_s")) << "s\n"
+              << "proxy        " << str(o.at("listen").as_object().at("proxy")) << '\n'
+              << "policy       " << str(pol.at("source")) << " (" << str(pol.at("jobs"))
+              << " jobs, " << str(pol.at("rules")) << " rules)\n"
+              << "audit        " << (aud.at("healthy").as_bool() ? "healthy" : "UNWRITABLE")
+              << ", " << str(aud.at("path")) << '\n'
+              << "sessions     " << str(o.at("sessions_active")) << " active\n"
+              << "connections  " << str(o.at("connections")) << " open\n";
+    return 0;
+}
+
+}  // namespace cordon::cli

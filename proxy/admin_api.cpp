@@ -1,0 +1,444 @@
+// The admin API: JSON over HTTP with a bearer token, served on the control thread so that
+// it answers even while the data plane is saturated. Router after Beast's
+// handle_request(req) -> response.
+
+#include <boost/json.hpp>
+
+#include "config/units.hpp"
+#include "proxy/responses.hpp"
+#include "proxy/runtime.hpp"
+#include "proxy/tokens.hpp"
+
+namespace cordon::proxy {
+namespace {
+
+namespace json = boost::json;
+using request = http::request<http::string_body>;
+
+constexpr std::size_t max_admin_body = 64 * 1024;  // admin requests are small JSON objects
+
+struct reply {
+    http::status status = http::status::ok;
+    json::value body;
+};
+
+reply error(http::status s, std::string message) {
+    return {s, json::object{{"error", std::move(message)}}};
+}
+
+std::string iso(wall_clock::time_point t) { return format_rfc3339(t); }
+
+json::object session_json(const session_info& s) {
+    json::array tokens;
+    for (const auto& t : s.tokens) {
+        json::object o{{"id", t.id},
+                       {"created", iso(t.created)},
+                       {"expires_at", iso(t.expires_at)},
+                       {"revoked", t.revoked}};
+        if (t.revoked) {
+            o["revoked_reason"] = t.revoked_reason;
+        }
+        tokens.push_back(std::move(o));
+    }
+    json::object o{{"id", s.id},
+                   {"job", s.job},
+                   {"state", std::string(to_string(s.state))},
+                   {"created", iso(s.created)},
+                   {"expires_at", iso(s.expires_at)},
+                   {"tokens", std::move(tokens)}};
+    if (!s.end_reason.empty()) {
+        o["end_reason"] = s.end_reason;
+    }
+    return o;
+}
+
+// Splits "/v1/sessions/ID/tokens/TID" into its segments.
+std::vector<std::string_view> segments(std::string_view path) {
+    std::vector<std::string_view> out;
+    const auto q = path.find('?');
+    if (q != std::string_view::npos) {
+        path = path.substr(0, q);
+    }
+    while (!path.empty()) {
+        if (path.front() == '/') {
+            path.remove_prefix(1);
+            continue;
+        }
+        const auto slash = path.find('/');
+        out.push_back(path.substr(0, slash));
+        if (slash == std::string_view::npos) {
+            break;
+        }
+        path.remove_prefix(slash);
+    }
+    return out;
+}
+
+// Parses the optional JSON object body; an empty body is an empty object.
+bool body_object(const request& req, json::object& out, reply& err) {
+    if (req.body().empty()) {
+        return true;
+    }
+    error_code ec;
+    json::value v = json::parse(req.body(), ec);
+    if (ec || !v.is_object()) {
+        err = error(http::status::bad_request, "the request body must be a JSON object");
+        return false;
+    }
+    out = std::move(v.as_object());
+    return true;
+}
+
+// "ttl": "10m" or a number of seconds; bounded by 1m and the job's identity.ttl.
+bool read_ttl(const json::object& body, const config::job& j, std::chrono::milliseconds& ttl,
+              reply& err) {
+    ttl = j.identity.ttl;
+    const auto* v = body.if_contains("ttl");
+    if (v == nullptr || v->is_null()) {
+        return true;
+    }
+    std::optional<std::chrono::milliseconds> d;
+    if (v->is_string()) {
+        d = config::parse_duration(std::string_view(v->as_string()));
+    } else if (v->is_int64() && v->as_int64() > 0 && v->as_int64() < 86400 * 366) {
+        d = std::chrono::seconds(v->as_int64());
+    }
+    if (!d) {
+        err = error(http::status::bad_request, "ttl must be a duration such as \"10m\"");
+        return false;
+    }
+    if (*d < std::chrono::minutes(1) || *d > j.identity.ttl) {
+        err = error(http::status::bad_request,
+                    "ttl must be between 1m and the job's identity.ttl (" +
+                        config::format_duration(j.identity.ttl) + ")");
+        return false;
+    }
+    ttl = *d;
+    return true;
+}
+
+std::string proxy_url(const runtime& rt, const minted& m) {
+    config::endpoint ep = rt.proxy_endpoint;
+    if (ep.address.bytes() == std::array<std::uint8_t, 16>{}) {
+        // Listening on every address: name loopback; deployments set the real address.
+        ep.address = ep.address.is_v4() ? *config::parse_ip("127.0.0.1")
+                                        : *config::parse_ip("::1");
+    }
+    return "http://" + m.session_id + ":" + m.token + "@" + ep.to_string();
+}
+
+class admin_router {
+public:
+    admin_router(runtime& rt, const std::string& token, std::string client)
+        : rt_(rt), token_(token), client_(std::move(client)) {}
+
+    awaitable<reply> handle(const request& req) {
+        const auto seg = segments(req.target());
+        const auto verb = req.method();
+        if (seg.size() == 1 && seg[0] == "healthz") {
+            co_return reply{http::status::ok, json::object{{"status", "ok"}}};
+        }
+        if (!authorized(req)) {
+            co_return error(http::status::unauthorized,
+                            "missing or wrong admin token (Authorization: Bearer ...)");
+        }
+        if (seg.empty() || seg[0] != "v1") {
+            co_return error(http::status::not_found, "no such endpoint");
+        }
+        if (seg.size() == 2 && seg[1] == "status" && verb == http::verb::get) {
+            co_return status();
+        }
+        if (seg.size() == 2 && seg[1] == "reload" && verb == http::verb::post) {
+            const std::string by = "admin:" + client_;
+            const std::string errors = co_await rt_.reload(by);
+            if (!errors.empty()) {
+                co_return error(http::status::bad_request, "policy refused: " + errors);
+            }
+            co_return reply{http::status::ok, json::object{{"result", "ok"}}};
+        }
+        if (seg.size() >= 2 && seg[1] == "sessions") {
+            co_return co_await sessions(req, seg);
+        }
+        co_return error(http::status::not_found, "no such endpoint");
+    }
+
+private:
+    bool authorized(const request& req) const {
+        const auto it = req.find(http::field::authorization);
+        if (it == req.end()) {
+            return false;
+        }
+        const std::string_view v(it->value().data(), it->value().size());
+        constexpr std::string_view bearer = "Bearer ";
+        if (v.size() <= bearer.size() || !beast::iequals(v.substr(0, bearer.size()), bearer)) {
+            return false;
+        }
+        return equal_constant_time(v.substr(bearer.size()), token_);
+    }
+
+    reply status() {
+        const auto p = rt_.policy();
+        const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(rt_.now() -
+                                                                             rt_.started);
+        json::object listen{{"proxy", rt_.proxy_endpoint.to_string()}};
+        json::object o{
+            {"version", CORDON_VERSION},
+            {"uptime_s", uptime.count()},
+            {"sessions_active", rt_.sessions.active_count()},
+            {"connections", rt_.open_connections.load()},
+            {"audit",
+             json::object{{"healthy", rt_.audit_healthy()},
+                          {"path", p->source().audit.path},
+                          {"write_errors", rt_.audit_log_ ? rt_.audit_log_->write_errors() : 0}}},
+            {"policy", json::object{{"source", rt_.config_path()},
+                                    {"jobs", p->source().jobs.size()},
+                                    {"rules", p->source().rule_count()}}},
+            {"reloads", json::object{{"ok", rt_.reloads_ok.load()},
+                                     {"failed", rt_.reloads_failed.load()}}},
+            {"listen", std::move(listen)},
+        };
+        if (!rt_.audit_healthy()) {
+            o["warning"] = "audit log unwritable: new connections are denied";
+        }
+        return {http::status::ok, std::move(o)};
+    }
+
+    awaitable<reply> sessions(const request& req, const std::vector<std::string_view>& seg) {
+        const auto verb = req.method();
+        if (seg.size() == 2) {
+            if (verb == http::verb::get) {
+                json::array list;
+                for (const auto& s : rt_.sessions.list()) {
+                    list.push_back(session_json(s));
+                }
+                co_return reply{http::status::ok, json::object{{"sessions", std::move(list)}}};
+            }
+            if (verb == http::verb::post) {
+                co_return create_session(req);
+            }
+            co_return error(http::status::method_not_allowed, "use GET or POST");
+        }
+        const std::string id(seg[2]);
+        if (seg.size() == 3) {
+            if (verb == http::verb::get) {
+                const auto s = rt_.sessions.get(id);
+                if (!s) {
+                    co_return error(http::status::not_found, "no session " + id);
+                }
+                co_return reply{http::status::ok, session_json(*s)};
+            }
+            if (verb == http::verb::delete_) {
+                co_return co_await end_session(id);
+            }
+            co_return error(http::status::method_not_allowed, "use GET or DELETE");
+        }
+        if (seg[3] != "tokens") {
+            co_return error(http::status::not_found, "no such endpoint");
+        }
+        if (seg.size() == 4 && verb == http::verb::post) {
+            co_return add_token(req, id);
+        }
+        if (seg.size() == 5 && verb == http::verb::delete_) {
+            const std::string token_id(seg[4]);
+            co_return co_await revoke_token(id, token_id);
+        }
+        co_return error(http::status::not_found, "no such endpoint");
+    }
+
+    reply create_session(const request& req) {
+        json::object body;
+        reply err;
+        if (!body_object(req, body, err)) {
+            return err;
+        }
+        const auto* job_v = body.if_contains("job");
+        if (job_v == nullptr || !job_v->is_string()) {
+            return error(http::status::bad_request, "\"job\" (a job name) is required");
+        }
+        const std::string job_name(job_v->as_string());
+        const auto p = rt_.policy();
+        const config::job* j = p->source().find_job(job_name);
+        if (j == nullptr) {
+            return error(http::status::not_found, "no job named " + job_name);
+        }
+        std::chrono::milliseconds ttl{};
+        if (!read_ttl(body, *j, ttl, err)) {
+            return err;
+        }
+        minted m;
+        try {
+            m = rt_.sessions.create(job_name, ttl);
+        } catch (const std::exception& e) {
+            return error(http::status::service_unavailable, e.what());
+        }
+        rt_.audit(std::move(rt_.record("session.create")
+                                .add("session", m.session_id)
+                                .add("job", job_name)
+                                .add("by", "admin:" + client_)
+                                .add("expires_at", iso(m.expires_at))));
+        audit_mint(m, job_name);
+        return {http::status::created, minted_json(m, true)};
+    }
+
+    reply add_token(const request& req, const std::string& id) {
+        json::object body;
+        reply err;
+        if (!body_object(req, body, err)) {
+            return err;
+        }
+        const auto s = rt_.sessions.get(id);
+        if (!s) {
+            return error(http::status::not_found, "no session " + id);
+        }
+        const auto p = rt_.policy();
+        const config::job* j = p->source().find_job(s->job);
+        if (j == nullptr) {
+            return error(http::status::conflict, "the session's job is no longer in the policy");
+        }
+        std::chrono::milliseconds ttl{};
+        if (!read_ttl(body, *j, ttl, err)) {
+            return err;
+        }
+        const auto m = rt_.sessions.add_token(id, ttl);
+        if (!m) {
+            return error(http::status::conflict,
+                         "session " + id + " is not active or has too many tokens");
+        }
+        audit_mint(*m, s->job);
+        return {http::status::created, minted_json(*m, false)};
+    }
+
+    awaitable<reply> end_session(const std::string& id) {
+        const auto before = rt_.sessions.get(id);
+        if (!before) {
+            co_return error(http::status::not_found, "no session " + id);
+        }
+        rt_.sessions.end(id, "ended by admin:" + client_);
+        const std::function<bool(const live_connection&)> of_session =
+            [&id](const live_connection& c) { return c.session == id; };
+        const std::string why = "session_ended";
+        const std::size_t closed = co_await rt_.close_where(of_session, why);
+        for (const auto& t : before->tokens) {
+            if (!t.revoked) {
+                rt_.audit(std::move(rt_.record("token.revoke")
+                                        .add("session", id)
+                                        .add("job", before->job)
+                                        .add("token_id", t.id)
+                                        .add("reason", "session ended")
+                                        .add("by", "admin:" + client_)));
+            }
+        }
+        rt_.audit(std::move(rt_.record("session.end")
+                                .add("session", id)
+                                .add("job", before->job)
+                                .add("by", "admin:" + client_)
+                                .add("connections_closed", static_cast<std::uint64_t>(closed))));
+        rt_.forget_usage(id);
+        co_return reply{http::status::ok,
+                        json::object{{"id", id}, {"connections_closed", closed}}};
+    }
+
+    awaitable<reply> revoke_token(const std::string& id, const std::string& token_id) {
+        const auto s = rt_.sessions.get(id);
+        const auto t0 = std::chrono::steady_clock::now();
+        const revoke_result r = rt_.sessions.revoke_token(id, token_id, "revoked by admin");
+        if (r == revoke_result::unknown) {
+            co_return error(http::status::not_found, "no token " + token_id + " in session " + id);
+        }
+        const std::function<bool(const live_connection&)> of_token =
+            [&](const live_connection& c) { return c.session == id && c.token_id == token_id; };
+        const std::string why = "token_revoked";
+        const std::size_t closed = co_await rt_.close_where(of_token, why);
+        const auto ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+        rt_.audit(std::move(rt_.record("token.revoke")
+                                .add("session", id)
+                                .add("job", s ? s->job : std::string())
+                                .add("token_id", token_id)
+                                .add("by", "admin:" + client_)
+                                .add("connections_closed", static_cast<std::uint64_t>(closed))));
+        co_return reply{http::status::ok,
+                        json::object{{"session", id},
+                                     {"token_id", token_id},
+                                     {"already_revoked", r == revoke_result::already_revoked},
+                                     {"connections_closed", closed},
+                                     {"elapsed_ms", ms}}};
+    }
+
+    void audit_mint(const minted& m, const std::string& job) {
+        rt_.audit(std::move(rt_.record("token.mint")
+                                .add("session", m.session_id)
+                                .add("job", job)
+                                .add("token_id", m.token_id)
+                                .add("expires_at", iso(m.expires_at))));
+    }
+
+    json::object minted_json(const minted& m, bool with_id) const {
+        json::object o{{"token", m.token},
+                       {"token_id", m.token_id},
+                       {"expires_at", iso(m.expires_at)},
+                       {"proxy_url", proxy_url(rt_, m)}};
+        if (with_id) {
+            o["id"] = m.session_id;
+        } else {
+            o["session"] = m.session_id;
+        }
+        return o;
+    }
+
+    runtime& rt_;
+    const std::string& token_;
+    std::string client_;
+};
+
+}  // namespace
+
+awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket socket) {
+    error_code ec;
+    const auto remote = socket.remote_endpoint(ec);
+    if (ec) {
+        co_return;
+    }
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer(max_admin_body + 16 * 1024);
+    admin_router router(rt, admin_token, remote.address().to_string());
+    for (;;) {
+        http::request_parser<http::string_body> parser;
+        parser.header_limit(16 * 1024);
+        parser.body_limit(max_admin_body);
+        stream.expires_after(std::chrono::seconds(30));  // slow or idle admin clients
+        auto [rec, rn] = co_await http::async_read(stream, buffer, parser, use_nothrow);
+        (void)rn;
+        if (rec) {
+            if (rec != http::error::end_of_stream && rec != net::error::eof &&
+                rec != beast::error::timeout && rec != net::error::connection_reset) {
+                http::response<http::string_body> res{http::status::bad_request, 11};
+                res.set(http::field::content_type, "application/json");
+                res.body() = "{\"error\":\"malformed request: " + json_escape(rec.message()) +
+                             "\"}\n";
+                res.keep_alive(false);
+                res.prepare_payload();
+                co_await http::async_write(stream, res, use_nothrow);
+            }
+            co_return;
+        }
+        const request& req = parser.get();
+        const reply r = co_await router.handle(req);
+        http::response<http::string_body> res{r.status, req.version()};
+        res.set(http::field::content_type, "application/json");
+        res.set(http::field::cache_control, "no-store");
+        res.body() = json::serialize(r.body) + "\n";
+        res.keep_alive(req.keep_alive());
+        res.prepare_payload();
+        auto [wec, wn] = co_await http::async_write(stream, res, use_nothrow);
+        (void)wn;
+        if (wec || !req.keep_alive()) {
+            error_code ignored;
+            stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+            co_return;
+        }
+    }
+}
+
+}  // namespace cordon::proxy

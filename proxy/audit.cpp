@@ -1,0 +1,606 @@
+#include "proxy/audit.hpp"
+
+#include "proxy/redact.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace cordon::proxy {
+namespace {
+
+constexpr std::string_view truncated_suffix = "...(truncated)";
+
+// Length of the valid UTF-8 sequence at the front of `s`, or of its maximal invalid
+// subpart (negated) when it is not valid. `s` is not empty.
+int utf8_sequence(std::string_view s) {
+    const auto b0 = static_cast<unsigned char>(s[0]);
+    if (b0 < 0x80) {
+        return 1;
+    }
+    int need = 0;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xbf;
+    if (b0 >= 0xc2 && b0 <= 0xdf) {
+        need = 1;
+    } else if (b0 >= 0xe0 && b0 <= 0xef) {
+        need = 2;
+        lo = b0 == 0xe0 ? 0xa0 : 0x80;  // no overlongs
+        hi = b0 == 0xed ? 0x9f : 0xbf;  // no surrogates
+    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+        need = 3;
+        lo = b0 == 0xf0 ? 0x90 : 0x80;  // no overlongs
+        hi = b0 == 0xf4 ? 0x8f : 0xbf;  // nothing above U+10FFFF
+    } else {
+        return -1;
+    }
+    for (int k = 1; k <= need; ++k) {
+        if (static_cast<std::size_t>(k) >= s.size()) {
+            return -k;
+        }
+        const auto b = static_cast<unsigned char>(s[static_cast<std::size_t>(k)]);
+        if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) {
+            return -k;
+        }
+    }
+    return need + 1;
+}
+
+std::string json_string(std::string_view s) {
+    std::string out;
+    append_json_string(out, s);
+    return out;
+}
+
+bool url_key(std::string_view key) {
+    std::string k;
+    for (const char c : key) {
+        if (c != '-' && c != '_' && c != '.') {
+            k.push_back((c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c);
+        }
+    }
+    return k == "target" || k == "referer" || k == "referrer" || k == "location" ||
+           k.ends_with("url") || k.ends_with("uri");
+}
+
+// Cuts `s` to at most `max` bytes (not inside a UTF-8 sequence) and marks the cut.
+void truncate_value(std::string& s, std::size_t max) {
+    if (s.size() <= max) {
+        return;
+    }
+    std::size_t cut = max - truncated_suffix.size();
+    for (int k = 0; k < 3 && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80;
+         ++k) {
+        --cut;
+    }
+    s.resize(cut);
+    s.append(truncated_suffix);
+}
+
+std::int64_t day_of(wall_clock::time_point t) {
+    return std::chrono::floor<std::chrono::days>(t).time_since_epoch().count();
+}
+
+std::string file_name(std::int64_t day) {
+    using namespace std::chrono;
+    const year_month_day ymd{sys_days{days{day}}};
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "cordon-%04d-%02u-%02u.jsonl", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
+    return buf;
+}
+
+// The day of a file named cordon-YYYY-MM-DD.jsonl, or false for any other name.
+bool parse_file_name(std::string_view name, std::int64_t& day) {
+    using namespace std::chrono;
+    constexpr std::string_view prefix = "cordon-";
+    constexpr std::string_view suffix = ".jsonl";
+    if (name.size() != prefix.size() + 10 + suffix.size() || !name.starts_with(prefix) ||
+        !name.ends_with(suffix)) {
+        return false;
+    }
+    const std::string_view date = name.substr(prefix.size(), 10);
+    int y = 0;
+    unsigned m = 0;
+    unsigned d = 0;
+    const auto num = [&date](std::size_t at, std::size_t len, auto& out) {
+        const char* first = date.data() + at;
+        const auto [p, ec] = std::from_chars(first, first + len, out);
+        return ec == std::errc{} && p == first + len;
+    };
+    if (date[4] != '-' || date[7] != '-' || !num(0, 4, y) || !num(5, 2, m) || !num(8, 2, d) ||
+        date[0] == '-' || date[0] == '+') {
+        return false;
+    }
+    const year_month_day ymd{year{y}, month{m}, std::chrono::day{d}};
+    if (!ymd.ok()) {
+        return false;
+    }
+    day = sys_days{ymd}.time_since_epoch().count();
+    return true;
+}
+
+std::string errno_text(const char* what, const std::string& path, int err) {
+    return std::string("audit: ") + what + " " + path + ": " + std::strerror(err);
+}
+
+// mkdir -p with mode 0750 for the directories it creates.
+bool make_dirs(const std::string& dir, std::string& error) {
+    if (dir.empty()) {
+        error = "audit: no directory configured (audit.path)";
+        return false;
+    }
+    for (std::size_t at = 1; at <= dir.size(); ++at) {
+        if (at != dir.size() && dir[at] != '/') {
+            continue;
+        }
+        const std::string prefix = dir.substr(0, at);
+        if (::mkdir(prefix.c_str(), 0750) != 0 && errno != EEXIST) {
+            error = errno_text("cannot create directory", prefix, errno);
+            return false;
+        }
+    }
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) {
+        error = errno_text("cannot stat", dir, errno);
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        error = "audit: " + dir + " is not a directory";
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out.reserve(out.size() + s.size() + 2);
+    out.push_back('"');
+    while (!s.empty()) {
+        const auto c = static_cast<unsigned char>(s[0]);
+        const int len = utf8_sequence(s);
+        if (len < 0) {
+            out.append("\xef\xbf\xbd");  // U+FFFD
+            s.remove_prefix(static_cast<std::size_t>(-len));
+            continue;
+        }
+        const auto c2 = len == 3 ? static_cast<unsigned char>(s[2]) : 0;
+        if (len == 3 && c == 0xe2 && static_cast<unsigned char>(s[1]) == 0x80 &&
+            (c2 == 0xa8 || c2 == 0xa9)) {
+            out.append(c2 == 0xa8 ? "\\u2028" : "\\u2029");
+        } else if (len > 1) {
+            out.append(s.substr(0, static_cast<std::size_t>(len)));
+        } else if (c == '"') {
+            out.append("\\\"");
+        } else if (c == '\\') {
+            out.append("\\\\");
+        } else if (c == '\n') {
+            out.append("\\n");
+        } else if (c == '\r') {
+            out.append("\\r");
+        } else if (c == '\t') {
+            out.append("\\t");
+        } else if (c == '\b') {
+            out.append("\\b");
+        } else if (c == '\f') {
+            out.append("\\f");
+        } else if (c < 0x20 || c == 0x7f) {
+            out.append("\\u00");
+            out.push_back(hex[c >> 4]);
+            out.push_back(hex[c & 0xf]);
+        } else {
+            out.push_back(static_cast<char>(c));
+        }
+        s.remove_prefix(static_cast<std::size_t>(len));
+    }
+    out.push_back('"');
+}
+
+// --- audit_record ---------------------------------------------------------------------------
+
+audit_record::audit_record(std::string_view event, wall_clock::time_point ts)
+    : event_(event), ts_(ts) {}
+
+audit_record& audit_record::put(std::string_view key, std::string json) {
+    if (key == "ts" || key == "event") {
+        return *this;
+    }
+    for (auto& field : fields_) {
+        if (field.first == key) {
+            field.second = std::move(json);
+            return *this;
+        }
+    }
+    fields_.emplace_back(std::string(key), std::move(json));
+    return *this;
+}
+
+audit_record& audit_record::add(std::string_view key, std::string_view value) {
+    if (secret_field_name(key)) {
+        return put(key, json_string(value.empty() ? std::string_view{} : redacted));
+    }
+    std::string clean = url_key(key) ? redact_text(redact_url(value)) : redact_text(value);
+    truncate_value(clean, max_string_bytes);
+    return put(key, json_string(clean));
+}
+
+audit_record& audit_record::add(std::string_view key, const char* value) {
+    if (value == nullptr) {
+        return add_null(key);
+    }
+    return add(key, std::string_view(value));
+}
+
+audit_record& audit_record::add(std::string_view key, std::int64_t value) {
+    if (secret_field_name(key)) {
+        return put(key, json_string(redacted));
+    }
+    return put(key, std::to_string(value));
+}
+
+audit_record& audit_record::add(std::string_view key, std::uint64_t value) {
+    if (secret_field_name(key)) {
+        return put(key, json_string(redacted));
+    }
+    return put(key, std::to_string(value));
+}
+
+audit_record& audit_record::add(std::string_view key, double value) {
+    if (secret_field_name(key)) {
+        return put(key, json_string(redacted));
+    }
+    if (!std::isfinite(value)) {
+        return put(key, "null");
+    }
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+    if (ec != std::errc{}) {
+        return put(key, "null");  // cannot happen: 64 bytes hold any shortest double
+    }
+    return put(key, std::string(buf, end));
+}
+
+audit_record& audit_record::add(std::string_view key, bool value) {
+    if (secret_field_name(key)) {
+        return put(key, json_string(redacted));
+    }
+    return put(key, value ? "true" : "false");
+}
+
+audit_record& audit_record::add_null(std::string_view key) { return put(key, "null"); }
+
+std::string audit_record::to_json_line() const {
+    std::string out = "{\"ts\":\"" + format_rfc3339(ts_) + "\",\"event\":";
+    append_json_string(out, event_);
+    for (const auto& [key, value] : fields_) {
+        out.push_back(',');
+        append_json_string(out, key);
+        out.push_back(':');
+        out.append(value);
+    }
+    out.append("}\n");
+    return out;
+}
+
+// --- audit_log ------------------------------------------------------------------------------
+
+audit_log::audit_log(audit_options opts, error_fn on_error)
+    : opts_(std::move(opts)),
+      on_error_(std::move(on_error)),
+      pruned_day_(std::numeric_limits<std::int64_t>::min()),
+      writer_([this] { run(); }) {}
+
+audit_log::~audit_log() { stop(); }
+
+bool audit_log::open(std::string& error) {
+    std::lock_guard io(io_mutex_);
+    const std::int64_t today = day_of(wall_clock::now());
+    if (!make_dirs(opts_.dir, error)) {
+        healthy_ = false;
+        return false;
+    }
+    prune(today);
+    pruned_day_ = today;
+    const bool ok = ensure_open(today, error);
+    healthy_ = ok;
+    return ok;
+}
+
+bool audit_log::write(audit_record&& r) {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || queue_.size() >= opts_.max_queue) {
+        ++dropped_;
+        return false;
+    }
+    queue_.push_back(std::move(r));
+    const bool ok = healthy_.load();
+    // A burst fills the queue faster than the interval drains it: wake the writer early.
+    // Not while unhealthy, so a broken disk is retried on the interval, not per record.
+    if (ok && !wake_requested_ && queue_.size() >= std::max<std::size_t>(1, opts_.max_queue / 2)) {
+        wake_requested_ = true;
+        wake_.notify_one();
+    }
+    return ok;
+}
+
+bool audit_log::healthy() const noexcept { return healthy_.load(); }
+
+bool audit_log::flush() {
+    std::unique_lock lock(mutex_);
+    if (writer_exited_) {
+        return queue_.empty() && last_pass_ok_;
+    }
+    const std::uint64_t ticket = ++flush_requested_;
+    wake_.notify_one();
+    done_.wait(lock, [&] { return flush_done_ >= ticket || writer_exited_; });
+    return last_pass_ok_;
+}
+
+void audit_log::stop() {
+    std::call_once(stop_once_, [this] {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_one();
+        if (writer_.joinable()) {
+            writer_.join();
+        }
+        std::lock_guard io(io_mutex_);
+        std::string error;
+        if (fd_ >= 0 && !sync_and_close(error)) {
+            ++write_errors_;
+            healthy_ = false;
+            if (on_error_) {
+                on_error_(error);
+            }
+        }
+    });
+}
+
+std::uint64_t audit_log::write_errors() const noexcept { return write_errors_.load(); }
+
+std::uint64_t audit_log::dropped() const noexcept { return dropped_.load(); }
+
+void audit_log::run() {
+    const auto interval = std::max(opts_.flush_interval, std::chrono::milliseconds(1));
+    std::unique_lock lock(mutex_);
+    while (true) {
+        wake_.wait_for(lock, interval, [this] {
+            return stopping_ || wake_requested_ || flush_requested_ != flush_done_;
+        });
+        const bool stop = stopping_;
+        const std::uint64_t ticket = flush_requested_;
+        wake_requested_ = false;
+        std::deque<audit_record> batch;
+        batch.swap(queue_);
+        lock.unlock();
+
+        std::string error;
+        const bool ok = write_batch(batch, error);
+        if (!ok) {
+            ++write_errors_;
+            healthy_ = false;
+            if (on_error_) {
+                on_error_(error);
+            }
+        }
+
+        lock.lock();
+        flush_done_ = ticket;
+        last_pass_ok_ = ok;
+        if (stop) {
+            dropped_ += queue_.size();
+            last_pass_ok_ = ok && queue_.empty();
+            queue_.clear();
+            writer_exited_ = true;
+            done_.notify_all();
+            return;
+        }
+        done_.notify_all();
+    }
+}
+
+bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error) {
+    std::lock_guard io(io_mutex_);
+    const std::int64_t today = day_of(wall_clock::now());
+    if (today != pruned_day_) {
+        prune(today);
+        pruned_day_ = today;
+    }
+    if (batch.empty()) {
+        // Nothing to write; while broken, try to reopen so health can come back.
+        if (!healthy_.load()) {
+            std::string ignored;
+            if (ensure_open(today, ignored)) {
+                healthy_ = true;
+            }
+        }
+        return true;
+    }
+    std::size_t first = 0;
+    std::string bytes;
+    while (first < batch.size()) {
+        const std::int64_t day = day_of(batch[first].ts());
+        std::size_t last = first;
+        bytes.clear();
+        while (last < batch.size() && day_of(batch[last].ts()) == day) {
+            bytes.append(batch[last].to_json_line());
+            ++last;
+        }
+        if (!ensure_open(day, error) || !append(bytes, error)) {
+            batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(first));
+            requeue(std::move(batch));
+            return false;
+        }
+        first = last;
+    }
+    if (::fdatasync(fd_) != 0) {
+        // The lines may or may not be on disk; queueing them again could duplicate them.
+        error = errno_text("cannot fdatasync", fd_path_, errno);
+        ::close(fd_);
+        fd_ = -1;
+        return false;
+    }
+    healthy_ = true;
+    return true;
+}
+
+bool audit_log::ensure_open(std::int64_t day, std::string& error) {
+    if (fd_ >= 0 && fd_day_ == day) {
+        struct stat st {};
+        if (::fstat(fd_, &st) == 0 && st.st_nlink > 0) {
+            return true;
+        }
+        ::close(fd_);  // deleted under us: open a new file
+        fd_ = -1;
+    }
+    if (fd_ >= 0 && !sync_and_close(error)) {
+        return false;
+    }
+    if (!make_dirs(opts_.dir, error)) {
+        return false;
+    }
+    std::string path = opts_.dir;
+    if (!path.ends_with('/')) {
+        path.push_back('/');
+    }
+    path += file_name(day);
+    const int fd =
+        ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (fd < 0) {
+        error = errno_text("cannot open", path, errno);
+        return false;
+    }
+    fd_ = fd;
+    fd_day_ = day;
+    fd_path_ = std::move(path);
+    // A line cut by a crash would swallow the next one: start on a fresh line.
+    struct stat st {};
+    char last = '\n';
+    if (::fstat(fd_, &st) == 0 && st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 &&
+        last != '\n') {
+        if (!append("\n", error)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool audit_log::append(std::string_view bytes, std::string& error) {
+    struct stat st {};
+    const bool sized = ::fstat(fd_, &st) == 0;
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            error = errno_text("cannot write", fd_path_, n < 0 ? errno : EIO);
+            if (sized && done > 0) {
+                // Take back the partial batch so the retry does not leave a cut line.
+                [[maybe_unused]] const int ignored = ::ftruncate(fd_, st.st_size);
+            }
+            ::close(fd_);
+            fd_ = -1;
+            return false;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+bool audit_log::sync_and_close(std::string& error) {
+    bool ok = true;
+    if (::fdatasync(fd_) != 0) {
+        error = errno_text("cannot fdatasync", fd_path_, errno);
+        ok = false;
+    }
+    ::close(fd_);
+    fd_ = -1;
+    return ok;
+}
+
+void audit_log::prune(std::int64_t today) {
+    if (opts_.retention_days <= 0) {
+        return;
+    }
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::directory_iterator it(opts_.dir, ec);
+    if (ec) {
+        return;
+    }
+    for (; it != fs::directory_iterator(); it.increment(ec)) {
+        if (ec) {
+            return;
+        }
+        std::int64_t day = 0;
+        const std::string name = it->path().filename().string();
+        if (!parse_file_name(name, day) || day >= today - opts_.retention_days ||
+            (fd_ >= 0 && day == fd_day_)) {
+            continue;
+        }
+        std::error_code type_ec;
+        const fs::file_status st = it->symlink_status(type_ec);
+        if (type_ec || (!fs::is_regular_file(st) && !fs::is_symlink(st))) {
+            continue;
+        }
+        std::error_code remove_ec;
+        fs::remove(it->path(), remove_ec);  // best effort: an old file left is no failure
+    }
+}
+
+void audit_log::requeue(std::deque<audit_record>&& failed) {
+    std::lock_guard lock(mutex_);
+    for (auto& r : queue_) {
+        failed.push_back(std::move(r));
+    }
+    queue_.swap(failed);
+    if (queue_.size() > opts_.max_queue) {
+        dropped_ += queue_.size() - opts_.max_queue;
+        queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(opts_.max_queue), queue_.end());
+    }
+}
+
+// --- memory_audit_sink ----------------------------------------------------------------------
+
+bool memory_audit_sink::write(audit_record&& r) {
+    if (!healthy_.load()) {
+        return false;
+    }
+    std::string line = r.to_json_line();
+    line.pop_back();
+    std::lock_guard lock(mutex_);
+    lines_.push_back(std::move(line));
+    return true;
+}
+
+bool memory_audit_sink::healthy() const noexcept { return healthy_.load(); }
+
+std::vector<std::string> memory_audit_sink::lines() const {
+    std::lock_guard lock(mutex_);
+    return lines_;
+}
+
+void memory_audit_sink::set_healthy(bool healthy) noexcept { healthy_ = healthy; }
+
+void memory_audit_sink::clear() {
+    std::lock_guard lock(mutex_);
+    lines_.clear();
+}
+
+}  // namespace cordon::proxy

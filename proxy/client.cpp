@@ -1,0 +1,952 @@
+// The proxy listener's side of a client connection, as named phases over one request:
+// read_request -> authenticate -> decide -> resolve -> classify -> connect ->
+// {tunnel | forward} -> log. `log` runs exactly once per request, allowed or not.
+
+#include <algorithm>
+#include <optional>
+
+#include "config/classify.hpp"
+#include "config/host.hpp"
+#include "proxy/basic_auth.hpp"
+#include "proxy/client_hello.hpp"
+#include "proxy/relay.hpp"
+#include "proxy/responses.hpp"
+#include "proxy/runtime.hpp"
+#include "proxy/target.hpp"
+
+namespace cordon::proxy {
+namespace {
+
+using namespace net::experimental::awaitable_operators;
+using config::deny_reason;
+using config::request_kind;
+using steady = std::chrono::steady_clock;
+
+std::string endpoint_text(const tcp::endpoint& ep) {
+    const auto a = ep.address();
+    return a.is_v6() ? "[" + a.to_string() + "]:" + std::to_string(ep.port())
+                     : a.to_string() + ":" + std::to_string(ep.port());
+}
+
+config::ip_address to_ip(const net::ip::address& a) {
+    if (a.is_v4()) {
+        return config::ip_address::v4(a.to_v4().to_uint());
+    }
+    return config::ip_address::v6(a.to_v6().to_bytes());
+}
+
+net::ip::address to_asio(const config::ip_address& a) {
+    if (a.is_v4()) {
+        return net::ip::address_v4(a.v4_value());
+    }
+    return net::ip::address_v6(a.bytes());
+}
+
+std::string_view deny_name(deny_reason r) { return config::to_string(r); }
+
+// Removes hop-by-hop headers (RFC 9110 7.6.1), those the Connection header lists, and the
+// proxy's own, before a message crosses the proxy. Transfer-Encoding stays: it was checked
+// to be exactly "chunked" and the serializer re-frames the body with it. An upgrade keeps
+// its Upgrade header and gets "Connection: upgrade".
+template <class Fields>
+void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
+    std::vector<std::string> listed;
+    for (const auto& field : f) {
+        if (field.name() == http::field::connection ||
+            beast::iequals(field.name_string(), "proxy-connection")) {
+            for (const auto& token : http::token_list(field.value())) {
+                listed.emplace_back(token);
+            }
+        }
+    }
+    static constexpr std::string_view names[] = {
+        "connection", "keep-alive", "proxy-connection", "proxy-authorization",
+        "proxy-authenticate", "te", "trailer", "upgrade"};
+    for (const auto n : names) {
+        if (keep_upgrade && n == "upgrade") {
+            continue;
+        }
+        f.erase(beast::string_view(n.data(), n.size()));
+    }
+    for (const auto& n : listed) {
+        if (keep_upgrade && beast::iequals(n, "upgrade")) {
+            continue;
+        }
+        if (!beast::iequals(n, "transfer-encoding") && !beast::iequals(n, "content-length")) {
+            f.erase(n);
+        }
+    }
+    if (keep_upgrade) {
+        f.set(http::field::connection, "upgrade");
+    }
+}
+
+bool wants_upgrade(const http::fields& f) {
+    if (f.find(http::field::upgrade) == f.end()) {
+        return false;
+    }
+    for (const auto& token : http::token_list(f[http::field::connection])) {
+        if (beast::iequals(token, "upgrade")) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// The state of one client connection, visible to kills, revocations and reloads.
+class client_conn final : public live_connection {
+public:
+    client_conn(runtime& rt, worker& w, tcp::socket s)
+        : rt_(rt), w_(w), client_(std::move(s)), upstream_(w.ioc), id_(rt.next_connection_id++) {
+        w_.live.emplace(id_, this);
+        ++rt_.open_connections;
+    }
+    ~client_conn() override {
+        w_.live.erase(id_);
+        --rt_.open_connections;
+        release_tunnel_slot();
+    }
+    client_conn(const client_conn&) = delete;
+    client_conn& operator=(const client_conn&) = delete;
+
+    void close(std::string_view why) override {
+        if (closed_by_.empty()) {
+            closed_by_ = why;
+        }
+        error_code ignored;
+        client_.socket().close(ignored);
+        upstream_.socket().close(ignored);
+    }
+
+    awaitable<void> run();
+
+private:
+    struct request_state {
+        std::string target_text;  // "host:port" for logs and bodies
+        steady::time_point start = steady::now();
+        config::decision decision;
+        std::string ip;
+        std::uint64_t bytes_up = 0;
+        std::uint64_t bytes_down = 0;
+        double dns_ms = 0;
+        double connect_ms = 0;
+        bool opened = false;
+    };
+
+    // Phase: answer a denial, audit it, and close.
+    awaitable<void> deny(int status, deny_reason reason, std::string_view target,
+                         std::string_view message = {}) {
+        auto r = rt_.record("conn.deny");
+        add_identity(r);
+        r.add("reason", deny_name(reason)).add("target", target).add("status",
+                                                                    std::int64_t{status});
+        rt_.audit(std::move(r));
+        const std::string msg = message.empty() ? std::string(explain(reason)) : std::string(message);
+        const std::string resp = deny_response(status, deny_name(reason), job, target, msg);
+        co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
+        shutdown_client();
+    }
+
+    awaitable<void> error_reply(int status, std::string_view target, std::string_view message) {
+        auto r = rt_.record("conn.error");
+        add_identity(r);
+        r.add("target", target).add("status", std::int64_t{status}).add("message", message);
+        rt_.audit(std::move(r));
+        const std::string resp = deny_response(status, "", job, target, message);
+        co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
+        shutdown_client();
+    }
+
+    void shutdown_client() {
+        error_code ignored;
+        client_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        client_.socket().close(ignored);
+    }
+
+    void add_identity(audit_record& r) const {
+        if (!session.empty()) {
+            r.add("session", session);
+        }
+        if (!job.empty()) {
+            r.add("job", job);
+        }
+        r.add("client", client_text_);
+    }
+
+    // Phase: authenticate. Returns the deny reason, or none.
+    deny_reason authenticate(const http::fields& headers) {
+        const auto it = headers.find(http::field::proxy_authorization);
+        if (it == headers.end()) {
+            // Clients from a job's `sources` belong to it without a token.
+            const auto p = rt_.policy();
+            for (const auto& j : p->source().jobs) {
+                for (const auto& net : j.sources) {
+                    if (net.contains(client_ip_)) {
+                        job = j.name;
+                        return deny_reason::none;
+                    }
+                }
+            }
+            return deny_reason::auth;
+        }
+        const auto creds = parse_basic_auth(std::string_view(it->value().data(),
+                                                             it->value().size()));
+        if (!creds) {
+            return deny_reason::auth;
+        }
+        const auth_result a = rt_.sessions.authenticate(creds->user, creds->password);
+        switch (a.status) {
+            case auth_status::ok:
+                session = creds->user;
+                token_id = a.token_id;
+                job = a.job;
+                return deny_reason::none;
+            case auth_status::token_expired: return deny_reason::token_expired;
+            case auth_status::token_revoked: return deny_reason::token_revoked;
+            case auth_status::session_ended: return deny_reason::session_ended;
+            case auth_status::session_killed: return deny_reason::session_killed;
+            case auth_status::bad_credentials: break;
+        }
+        return deny_reason::auth;
+    }
+
+    // Phase: resolve + classify. Fills `addresses`; returns a deny reason or none, or
+    // sets `resolve_error` for an upstream DNS failure.
+    awaitable<deny_reason> resolve(std::string_view name, std::uint16_t to_port,
+                                   request_state& st,
+                                   std::vector<config::ip_address>& addresses,
+                                   std::string& resolve_error) {
+        const config::literal lit = config::parse_literal(name);
+        const auto t0 = steady::now();
+        if (lit.kind == config::literal_kind::ipv4 || lit.kind == config::literal_kind::ipv6) {
+            addresses = {lit.address};
+        } else {
+            const config::host_result norm = config::normalise_host(name);
+            auto result = co_await async_resolve(norm.value);
+            if (!result.error.empty()) {
+                resolve_error = result.error;
+                co_return deny_reason::none;
+            }
+            addresses = std::move(result.addresses);
+            const config::decision checked =
+                config::check_addresses(st.decision, addresses);
+            if (!checked.allowed()) {
+                co_return checked.reason;
+            }
+        }
+        st.dns_ms = std::chrono::duration<double, std::milli>(steady::now() - t0).count();
+        for (const auto& a : addresses) {
+            if (rt_.self.is_self(a, to_port)) {
+                co_return deny_reason::private_address;  // never connect to ourselves
+            }
+        }
+        co_return deny_reason::none;
+    }
+
+    awaitable<dns::resolve_result> async_resolve(const std::string& name) {
+        // Named, not a temporary: GCC 12 destroys non-trivial temporaries of a co_await
+        // full-expression twice (GCC PR 100611), so no coroutine here passes one.
+        auto initiation = [this, &name](auto handler) {
+            auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+            w_.resolver->async_resolve(name, [shared](dns::resolve_result r) {
+                auto ex = net::get_associated_executor(*shared);
+                net::dispatch(ex, [shared, r = std::move(r)]() mutable {
+                    (*shared)(std::move(r));
+                });
+            });
+        };
+        co_return co_await net::async_initiate<const net::use_awaitable_t<>&,
+                                               void(dns::resolve_result)>(initiation,
+                                                                          net::use_awaitable);
+    }
+
+    // Phase: connect, trying each checked address in turn within the connect timeout.
+    awaitable<error_code> connect(const std::vector<config::ip_address>& addresses,
+                                  std::uint16_t to_port, request_state& st) {
+        const auto timeout = rt_.policy()->source().proxy.connect_timeout;
+        error_code last = net::error::host_not_found;
+        const auto t0 = steady::now();
+        for (const auto& a : addresses) {
+            error_code ignored;
+            upstream_.socket().close(ignored);
+            upstream_.expires_after(timeout);
+            auto [ec] = co_await upstream_.async_connect(tcp::endpoint(to_asio(a), to_port),
+                                                         use_nothrow);
+            upstream_.expires_never();
+            if (!ec) {
+                st.ip = a.to_string();
+                st.connect_ms =
+                    std::chrono::duration<double, std::milli>(steady::now() - t0).count();
+                upstream_.socket().set_option(tcp::no_delay(true), ignored);
+                co_return error_code{};
+            }
+            last = ec;
+            if (!closed_by_.empty()) {
+                break;
+            }
+        }
+        co_return last;
+    }
+
+    bool take_tunnel_slot(const config::job& j) {
+        if (session.empty()) {
+            return true;
+        }
+        usage_ = rt_.usage_for(session);
+        if (j.limits.max_tunnels &&
+            usage_->tunnels.load() >= static_cast<std::int64_t>(*j.limits.max_tunnels)) {
+            return false;
+        }
+        ++usage_->tunnels;
+        holds_slot_ = true;
+        return true;
+    }
+    void release_tunnel_slot() {
+        if (holds_slot_ && usage_) {
+            --usage_->tunnels;
+            holds_slot_ = false;
+        }
+    }
+
+    // Bytes a session may still send up; nullopt when unlimited.
+    std::optional<std::uint64_t> budget_left(const config::job& j) const {
+        if (!j.limits.max_bytes_up || !usage_) {
+            return std::nullopt;
+        }
+        const std::uint64_t used = usage_->bytes_up.load();
+        return used >= *j.limits.max_bytes_up ? 0 : *j.limits.max_bytes_up - used;
+    }
+
+    void log_open(const request_state& st) {
+        auto r = rt_.record("conn.open");
+        add_identity(r);
+        r.add("target", st.target_text).add("ip", st.ip).add("method", method);
+        if (st.decision.rule != nullptr) {
+            r.add("rule", st.decision.rule->describe());
+        }
+        r.add("dns_ms", st.dns_ms).add("connect_ms", st.connect_ms);
+        rt_.audit(std::move(r));
+    }
+
+    void log_close(const request_state& st, std::string_view reason) {
+        auto r = rt_.record("conn.close");
+        add_identity(r);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() -
+                                                                              st.start);
+        r.add("target", st.target_text)
+            .add("method", method)
+            .add("ip", st.ip)
+            .add("bytes_up", st.bytes_up)
+            .add("bytes_down", st.bytes_down)
+            .add("duration_ms", static_cast<std::int64_t>(ms.count()))
+            .add("reason", reason);
+        rt_.audit(std::move(r));
+    }
+
+    std::string close_reason(const relay_result& rr) const {
+        if (!closed_by_.empty()) {
+            return closed_by_;
+        }
+        if (rr.budget) {
+            return "budget";
+        }
+        if (rr.idle) {
+            return "idle_timeout";
+        }
+        if (rr.error) {
+            return "error";
+        }
+        return "eof";
+    }
+
+    struct read_head_result {
+        std::size_t head_len = 0;
+        bool too_large = false;
+        error_code error;
+    };
+
+    // Reads until the blank line that ends a request head, within `limit` bytes and the
+    // header timeout (slowloris). Bytes after the head stay in `buffer`.
+    awaitable<read_head_result> read_head(beast::flat_buffer& buffer, std::size_t limit,
+                                          std::chrono::milliseconds timeout) {
+        read_head_result r;
+        std::size_t searched = 0;
+        client_.expires_after(timeout);
+        for (;;) {
+            const std::string_view have(static_cast<const char*>(buffer.data().data()),
+                                        buffer.size());
+            const auto end = have.find("\r\n\r\n", searched);
+            if (end != std::string_view::npos) {
+                r.head_len = end + 4;
+                r.too_large = r.head_len > limit;
+                break;
+            }
+            if (have.size() >= limit) {
+                r.too_large = true;
+                break;
+            }
+            searched = have.size() >= 3 ? have.size() - 3 : 0;
+            auto [ec, n] = co_await client_.async_read_some(
+                buffer.prepare(std::min<std::size_t>(limit - have.size() + 4, 16 * 1024)),
+                use_nothrow);
+            if (ec) {
+                r.error = ec;
+                break;
+            }
+            buffer.commit(n);
+        }
+        client_.expires_never();
+        co_return r;
+    }
+
+    awaitable<void> handle_connect(const std::string& target_text, beast::flat_buffer& buffer);
+    awaitable<bool> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
+    awaitable<bool> handle_forward(http::request_parser<http::buffer_body>& parser,
+                                   beast::flat_buffer& buffer);
+    awaitable<bool> check_request(const http::request_header<>& h, std::string_view raw_head);
+
+public:
+    std::string client_text_;
+    config::ip_address client_ip_;
+
+private:
+    runtime& rt_;
+    worker& w_;
+    beast::tcp_stream client_;
+    beast::tcp_stream upstream_;
+    std::uint64_t id_;
+    std::string closed_by_;  // set when closed from outside: a kill, revocation, reload
+    std::shared_ptr<session_usage> usage_;
+    bool holds_slot_ = false;
+    std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
+    beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
+    error_code ignored_;
+};
+
+// Smuggling and framing checks on a parsed request head: each failure answers 400 and
+// closes. Returns true when the request may proceed.
+awaitable<bool> client_conn::check_request(const http::request_header<>& h,
+                                           std::string_view raw_head) {
+    // Obsolete line folding: a header line starting with space or tab.
+    if (raw_head.find("\r\n ") != std::string_view::npos ||
+        raw_head.find("\r\n\t") != std::string_view::npos) {
+        co_await deny(400, deny_reason::bad_request, "", "obsolete header line folding");
+        co_return false;
+    }
+    const auto cl = std::count_if(h.begin(), h.end(), [](const auto& f) {
+        return f.name() == http::field::content_length;
+    });
+    const auto te = std::count_if(h.begin(), h.end(), [](const auto& f) {
+        return f.name() == http::field::transfer_encoding;
+    });
+    if (cl > 1) {
+        co_await deny(400, deny_reason::bad_request, "", "more than one Content-Length");
+        co_return false;
+    }
+    if (cl > 0 && te > 0) {
+        co_await deny(400, deny_reason::bad_request, "",
+                      "both Content-Length and Transfer-Encoding");
+        co_return false;
+    }
+    if (te > 1 || (te == 1 && !beast::iequals(h[http::field::transfer_encoding], "chunked"))) {
+        co_await deny(400, deny_reason::bad_request, "",
+                      "only a single Transfer-Encoding: chunked is accepted");
+        co_return false;
+    }
+    co_return true;
+}
+
+awaitable<bool> client_conn::check_sni(const std::string& want, std::vector<std::uint8_t>& hello) {
+    const auto& ps = rt_.policy()->source().proxy;
+    const auto deadline = steady::now() + ps.handshake_timeout;
+    for (;;) {
+        const hello_result r = parse_client_hello(hello);
+        if (r.status == hello_status::ok) {
+            const config::host_result sni = config::normalise_host(r.sni);
+            co_return sni.ok() && sni.value == want;
+        }
+        if (r.status != hello_status::need_more) {
+            co_return false;
+        }
+        if (steady::now() >= deadline) {
+            co_return false;
+        }
+        std::uint8_t chunk[4096];
+        client_.expires_at(deadline);
+        auto [ec, n] = co_await client_.async_read_some(net::buffer(chunk), use_nothrow);
+        client_.expires_never();
+        if (ec) {
+            co_return false;
+        }
+        hello.insert(hello.end(), chunk, chunk + n);
+    }
+}
+
+awaitable<void> client_conn::handle_connect(const std::string& target_text,
+                                            beast::flat_buffer& buffer) {
+    request_state st;
+    st.target_text = target_text;
+    kind = request_kind::connect;
+    const target_result parsed = parse_connect_target(target_text);
+    if (!parsed.value) {
+        co_await deny(400, deny_reason::bad_request, target_text, parsed.error);
+        co_return;
+    }
+    host = parsed.value->host;
+    port = parsed.value->port;
+
+    // Phase: decide. The policy snapshot stays alive for this tunnel's whole life.
+    const auto policy = rt_.policy();
+    config::decide_args args;
+    args.job = job;
+    args.host = host;
+    args.port = port;
+    args.kind = request_kind::connect;
+    st.decision = config::decide(args, *policy);
+    if (!st.decision.allowed()) {
+        co_await deny(403, st.decision.reason, target_text);
+        co_return;
+    }
+    const config::job& j = *policy->source().find_job(job);
+    if (!take_tunnel_slot(j)) {
+        co_await deny(403, deny_reason::limit, target_text);
+        co_return;
+    }
+    if (const auto left = budget_left(j); left && *left == 0) {
+        co_await deny(403, deny_reason::budget, target_text);
+        co_return;
+    }
+
+    // Phases: resolve, classify, connect.
+    std::vector<config::ip_address> addresses;
+    std::string resolve_error;
+    const deny_reason rr = co_await resolve(host, port, st, addresses, resolve_error);
+    if (!resolve_error.empty()) {
+        const std::string msg = "cannot resolve " + host + ": " + resolve_error;
+        co_await error_reply(502, target_text, msg);
+        co_return;
+    }
+    if (rr != deny_reason::none) {
+        co_await deny(403, rr, target_text);
+        co_return;
+    }
+    const error_code cec = co_await connect(addresses, port, st);
+    if (cec) {
+        if (!closed_by_.empty()) {
+            co_return;
+        }
+        const bool timeout = cec == beast::error::timeout;
+        const std::string msg = (timeout ? "timed out connecting to " : "cannot connect to ") +
+                                target_text + (timeout ? "" : ": " + cec.message());
+        co_await error_reply(timeout ? 504 : 502, target_text, msg);
+        co_return;
+    }
+    static constexpr std::string_view established = "HTTP/1.1 200 Connection established\r\n\r\n";
+    auto [wec, wn] = co_await net::async_write(client_.socket(), net::buffer(established),
+                                               use_nothrow);
+    (void)wn;
+    if (wec) {
+        co_return;
+    }
+    st.opened = true;
+    log_open(st);
+
+    // Bytes the client sent right behind the CONNECT head belong to the tunnel.
+    std::vector<std::uint8_t> first(static_cast<const std::uint8_t*>(buffer.data().data()),
+                                    static_cast<const std::uint8_t*>(buffer.data().data()) +
+                                        buffer.size());
+    buffer.consume(buffer.size());
+    buffer.shrink_to_fit();  // an idle tunnel holds no read buffer
+
+    // Phase: for tls rules, the ClientHello's SNI must name the CONNECT host before a single
+    // byte reaches the upstream.
+    if (st.decision.rule->proto == config::protocol::tls) {
+        const config::host_result want = config::normalise_host(host);
+        if (!co_await check_sni(want.value, first)) {
+            auto r = rt_.record("conn.deny");
+            add_identity(r);
+            r.add("reason", deny_name(deny_reason::sni_mismatch)).add("target", target_text);
+            const hello_result h = parse_client_hello(first);
+            if (h.status == hello_status::ok) {
+                r.add("sni", h.sni);
+            }
+            rt_.audit(std::move(r));
+            error_code ignored;
+            upstream_.socket().close(ignored);
+            shutdown_client();
+            log_close(st, "sni_mismatch");
+            co_return;
+        }
+    }
+
+    const auto& ps = policy->source().proxy;
+    relay_hooks hooks;
+    hooks.idle_timeout = ps.idle_timeout;
+    hooks.allow_up = [&](std::size_t n) -> std::size_t {
+        if (!usage_ || !j.limits.max_bytes_up) {
+            return n;
+        }
+        const std::uint64_t max = *j.limits.max_bytes_up;
+        const std::uint64_t before = usage_->bytes_up.fetch_add(n);
+        if (before >= max) {
+            return 0;
+        }
+        return static_cast<std::size_t>(std::min<std::uint64_t>(n, max - before));
+    };
+    std::string reason;
+    if (!first.empty()) {
+        const std::size_t pass = hooks.allow_up(first.size());
+        auto [fec, fn] = co_await net::async_write(upstream_.socket(),
+                                                   net::buffer(first.data(), pass), use_nothrow);
+        st.bytes_up += fn;
+        if (pass < first.size()) {
+            reason = "budget";
+        } else if (fec) {
+            reason = "error";
+        }
+        first.clear();
+        first.shrink_to_fit();
+    }
+    if (reason.empty()) {
+        const relay_result r =
+            co_await relay(w_, client_.socket(), upstream_.socket(), hooks);
+        st.bytes_up += r.bytes_up;
+        st.bytes_down += r.bytes_down;
+        reason = close_reason(r);
+    } else if (!closed_by_.empty()) {
+        reason = closed_by_;
+    }
+    error_code ignored;
+    client_.socket().close(ignored);
+    upstream_.socket().close(ignored);
+    log_close(st, reason);
+}
+
+awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_body>& parser,
+                                            beast::flat_buffer& buffer) {
+    request_state st;
+    kind = request_kind::http;
+    auto& req = parser.get();
+    const std::string target_raw(req.target());
+    const target_result parsed = parse_absolute_uri(target_raw);
+    if (!parsed.value) {
+        co_await deny(400, deny_reason::bad_request, target_raw, parsed.error);
+        co_return false;
+    }
+    const target& t = *parsed.value;
+    host = t.host;
+    port = t.port;
+    st.target_text = t.authority.find(':') != std::string::npos || t.host.find(':') != std::string::npos
+                         ? t.authority
+                         : t.authority + ":" + std::to_string(t.port);
+    if (const auto h = req.find(http::field::host); h != req.end()) {
+        if (!host_header_matches(std::string_view(h->value().data(), h->value().size()), t)) {
+            co_await deny(400, deny_reason::bad_request, st.target_text,
+                          "the Host header does not match the URL");
+            co_return false;
+        }
+    }
+
+    // Phase: decide, for this request on its own.
+    const auto policy = rt_.policy();
+    config::decide_args args;
+    args.job = job;
+    args.host = host;
+    args.port = port;
+    args.kind = request_kind::http;
+    args.method = method;
+    st.decision = config::decide(args, *policy);
+    if (!st.decision.allowed()) {
+        co_await deny(403, st.decision.reason, st.target_text);
+        co_return false;
+    }
+    const config::job& j = *policy->source().find_job(job);
+    const auto& ps = policy->source().proxy;
+
+    // Phases: resolve, classify, connect, unless this connection already holds an upstream
+    // to the same place.
+    const config::host_result norm = config::normalise_host(host);
+    const std::string key = (norm.ok() ? norm.value : host) + ":" + std::to_string(port);
+    if (key != upstream_key_ || !upstream_.socket().is_open()) {
+        error_code ignored;
+        upstream_.socket().close(ignored);
+        upstream_buffer_.consume(upstream_buffer_.size());
+        upstream_key_.clear();
+        std::vector<config::ip_address> addresses;
+        std::string resolve_error;
+        const deny_reason rr = co_await resolve(host, port, st, addresses, resolve_error);
+        if (!resolve_error.empty()) {
+            const std::string msg = "cannot resolve " + host + ": " + resolve_error;
+            co_await error_reply(502, st.target_text, msg);
+            co_return false;
+        }
+        if (rr != deny_reason::none) {
+            co_await deny(403, rr, st.target_text);
+            co_return false;
+        }
+        const error_code cec = co_await connect(addresses, port, st);
+        if (cec) {
+            if (closed_by_.empty()) {
+                const bool timeout = cec == beast::error::timeout;
+                const std::string msg =
+                    (timeout ? "timed out connecting to " : "cannot connect to ") + st.target_text;
+                co_await error_reply(timeout ? 504 : 502, st.target_text, msg);
+            }
+            co_return false;
+        }
+        upstream_key_ = key;
+    } else {
+        st.ip = upstream_.socket().remote_endpoint(ignored_).address().to_string();
+    }
+    if (!session.empty()) {
+        usage_ = rt_.usage_for(session);
+    }
+    log_open(st);
+
+    // Phase: forward the request, head then body, streaming.
+    const bool upgrade = wants_upgrade(req.base());
+    const bool client_keep_alive = req.keep_alive();
+    strip_hop_by_hop(req.base(), upgrade);
+    req.target(t.origin_form);
+    req.version(11);
+    req.set(http::field::host, t.authority);
+    std::string reason = "eof";
+    bool keep = false;
+    {
+        char chunk[16 * 1024];
+        http::serializer<true, http::buffer_body> sr{req};
+        upstream_.expires_after(ps.idle_timeout);
+        auto [hec, hn] = co_await http::async_write_header(upstream_, sr, use_nothrow);
+        st.bytes_up += hn;
+        bool failed = static_cast<bool>(hec);
+        while (!failed && !sr.is_done()) {
+            if (!parser.is_done()) {
+                req.body().data = chunk;
+                req.body().size = sizeof chunk;
+                client_.expires_after(ps.idle_timeout);
+                auto [rec, rn] = co_await http::async_read(client_, buffer, parser, use_nothrow);
+                (void)rn;
+                if (rec && rec != http::error::need_buffer) {
+                    reason = !closed_by_.empty() ? closed_by_
+                                                             : "client_error";
+                    failed = true;
+                    break;
+                }
+                const std::size_t got = sizeof chunk - req.body().size;
+                if (auto left = budget_left(j); left && got > *left) {
+                    reason = "budget";
+                    failed = true;
+                    break;
+                }
+                if (usage_) {
+                    usage_->bytes_up += got;
+                }
+                req.body().size = got;
+                req.body().data = chunk;
+                req.body().more = !parser.is_done();
+            } else {
+                req.body().data = nullptr;
+                req.body().size = 0;
+                req.body().more = false;
+            }
+            upstream_.expires_after(ps.idle_timeout);
+            auto [wec, wn] = co_await http::async_write(upstream_, sr, use_nothrow);
+            st.bytes_up += wn;
+            if (wec && wec != http::error::need_buffer) {
+                reason = "upstream_error";
+                failed = true;
+            }
+        }
+        if (failed) {
+            if (closed_by_.empty() && reason == "upstream_error") {
+                co_await error_reply(502, st.target_text, "the upstream closed the connection");
+            }
+            log_close(st, reason == "eof" ? "error" : reason);
+            co_return false;
+        }
+    }
+
+    // Phase: forward the response, head then body, streaming.
+    http::response_parser<http::buffer_body> rp;
+    rp.header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
+    rp.body_limit(boost::none);
+    if (method == "HEAD") {
+        rp.skip(true);
+    }
+    upstream_.expires_after(ps.idle_timeout);
+    auto [rhec, rhn] = co_await http::async_read_header(upstream_, upstream_buffer_, rp,
+                                                        use_nothrow);
+    (void)rhn;
+    if (rhec) {
+        if (closed_by_.empty()) {
+            const bool timeout = rhec == beast::error::timeout;
+            co_await error_reply(timeout ? 504 : 502, st.target_text,
+                                 timeout ? "the upstream did not answer in time"
+                                         : "the upstream sent no valid response");
+        }
+        log_close(st, !closed_by_.empty() ? closed_by_
+                                                      : "upstream_error");
+        co_return false;
+    }
+    auto& res = rp.get();
+    const bool switching = upgrade && res.result() == http::status::switching_protocols;
+    keep = !switching && client_keep_alive && res.keep_alive();
+    strip_hop_by_hop(res.base(), switching);
+    res.keep_alive(keep);
+    {
+        char chunk[16 * 1024];
+        http::serializer<false, http::buffer_body> sr{res};
+        client_.expires_after(ps.idle_timeout);
+        auto [hec, hn] = co_await http::async_write_header(client_, sr, use_nothrow);
+        st.bytes_down += hn;
+        bool failed = static_cast<bool>(hec);
+        while (!failed && !switching && !sr.is_done()) {
+            if (!rp.is_done()) {
+                res.body().data = chunk;
+                res.body().size = sizeof chunk;
+                upstream_.expires_after(ps.idle_timeout);
+                auto [rec, rn] = co_await http::async_read(upstream_, upstream_buffer_, rp,
+                                                           use_nothrow);
+                (void)rn;
+                if (rec && rec != http::error::need_buffer) {
+                    failed = true;
+                    reason = !closed_by_.empty() ? closed_by_
+                                                             : "upstream_error";
+                    break;
+                }
+                res.body().size = sizeof chunk - res.body().size;
+                res.body().data = chunk;
+                res.body().more = !rp.is_done();
+            } else {
+                res.body().data = nullptr;
+                res.body().size = 0;
+                res.body().more = false;
+            }
+            client_.expires_after(ps.idle_timeout);
+            auto [wec, wn] = co_await http::async_write(client_, sr, use_nothrow);
+            st.bytes_down += wn;
+            if (wec && wec != http::error::need_buffer) {
+                failed = true;
+                reason = "client_error";
+            }
+        }
+        client_.expires_never();
+        upstream_.expires_never();
+        if (failed) {
+            log_close(st, reason);
+            co_return false;
+        }
+    }
+    if (switching) {
+        // The upgraded connection becomes a tunnel; bytes already buffered on either side
+        // go first.
+        if (buffer.size() > 0) {
+            auto [e, n] = co_await net::async_write(upstream_.socket(), buffer.data(), use_nothrow);
+            st.bytes_up += n;
+            buffer.consume(buffer.size());
+        }
+        if (upstream_buffer_.size() > 0) {
+            auto [e, n] =
+                co_await net::async_write(client_.socket(), upstream_buffer_.data(), use_nothrow);
+            st.bytes_down += n;
+            upstream_buffer_.consume(upstream_buffer_.size());
+        }
+        relay_hooks hooks;
+        hooks.idle_timeout = ps.idle_timeout;
+        const relay_result r = co_await relay(w_, client_.socket(), upstream_.socket(), hooks);
+        st.bytes_up += r.bytes_up;
+        st.bytes_down += r.bytes_down;
+        log_close(st, close_reason(r));
+        co_return false;
+    }
+    if (!keep) {
+        error_code ignored;
+        upstream_.socket().close(ignored);
+        upstream_key_.clear();
+    }
+    log_close(st, keep ? "done" : "eof");
+    co_return keep && closed_by_.empty();
+}
+
+awaitable<void> client_conn::run() {
+    const auto& ps = rt_.policy()->source().proxy;
+    // Bounded: a head may not exceed max_header_bytes; body chunks read at most 64 KiB.
+    beast::flat_buffer buffer(ps.max_header_bytes + 64 * 1024);
+    for (;;) {
+        // Phase: read_request. The head is read raw first (to see its exact bytes: obsolete
+        // line folding is refused, which parsers otherwise repair), then parsed.
+        const read_head_result rh = co_await read_head(buffer, ps.max_header_bytes,
+                                                       ps.header_timeout);
+        if (rh.too_large) {
+            co_await deny(431, deny_reason::bad_request, "", "request header too large");
+            co_return;
+        }
+        if (rh.error) {
+            if (buffer.size() > 0 && rh.error == net::error::eof) {
+                co_await deny(400, deny_reason::bad_request, "", "incomplete request");
+            }
+            co_return;  // closed, reset or timed out before a request: nothing to answer
+        }
+        const std::size_t head_len = rh.head_len;
+        const std::string_view head(static_cast<const char*>(buffer.data().data()), head_len);
+        http::request_parser<http::buffer_body> parser;
+        parser.header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
+        parser.body_limit(boost::none);
+        error_code pec;
+        parser.put(net::buffer(head.data(), head.size()), pec);
+        if (pec || !parser.is_header_done()) {
+            const std::string msg =
+                "malformed request head: " + (pec ? pec.message() : std::string("incomplete"));
+            co_await deny(400, deny_reason::bad_request, "", msg);
+            co_return;
+        }
+        if (!co_await check_request(parser.get().base(), head)) {
+            co_return;
+        }
+        buffer.consume(head_len);
+        const auto& req = parser.get();
+        method = std::string(req.method_string());
+        session.clear();
+        token_id.clear();
+        job.clear();
+
+        // Phase: authenticate.
+        if (const deny_reason a = authenticate(req.base()); a != deny_reason::none) {
+            co_await deny(407, a, req.target());
+            co_return;
+        }
+        if (!rt_.audit_healthy()) {
+            const std::string resp =
+                deny_response(503, deny_name(deny_reason::audit_unavailable), job,
+                              std::string(req.target()), explain(deny_reason::audit_unavailable));
+            co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
+            shutdown_client();
+            co_return;
+        }
+        if (req.method() == http::verb::connect) {
+            const std::string connect_target(req.target());
+            co_await handle_connect(connect_target, buffer);
+            co_return;
+        }
+        if (!co_await handle_forward(parser, buffer)) {
+            co_return;
+        }
+    }
+}
+
+}  // namespace
+
+awaitable<void> serve_client(runtime& rt, worker& w, tcp::socket socket) {
+    error_code ec;
+    const auto remote = socket.remote_endpoint(ec);
+    if (ec) {
+        co_return;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    client_conn c(rt, w, std::move(socket));
+    c.client_text_ = endpoint_text(remote);
+    c.client_ip_ = to_ip(remote.address());
+    co_await c.run();
+}
+
+}  // namespace cordon::proxy

@@ -1,0 +1,378 @@
+// `cordon serve`: wires the policy, sessions, audit log, resolvers, listeners and signals.
+// Threads: one data-plane io_context per core (each with its own acceptor on the proxy port
+// via SO_REUSEPORT, its own c-ares channel and its own live-connection table), plus the
+// control thread (this one) for the admin API, signals and the token-expiry sweep.
+
+#include "proxy/daemon.hpp"
+
+#include <ifaddrs.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "config/load.hpp"
+#include "proxy/runtime.hpp"
+
+namespace cordon::proxy {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<config::ip_address> local_addresses() {
+    std::vector<config::ip_address> out;
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) {
+        return out;
+    }
+    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr) {
+            continue;
+        }
+        if (i->ifa_addr->sa_family == AF_INET) {
+            sockaddr_in sin{};
+            std::memcpy(&sin, i->ifa_addr, sizeof sin);
+            out.push_back(config::ip_address::v4(ntohl(sin.sin_addr.s_addr)));
+        } else if (i->ifa_addr->sa_family == AF_INET6) {
+            sockaddr_in6 sin6{};
+            std::memcpy(&sin6, i->ifa_addr, sizeof sin6);
+            std::array<std::uint8_t, 16> b{};
+            std::memcpy(b.data(), &sin6.sin6_addr, 16);
+            out.push_back(config::ip_address::v6(b));
+        }
+    }
+    freeifaddrs(list);
+    return out;
+}
+
+tcp::endpoint to_endpoint(const config::endpoint& e) {
+    if (e.address.is_v4()) {
+        return {net::ip::address_v4(e.address.v4_value()), e.port};
+    }
+    return {net::ip::address_v6(e.address.bytes()), e.port};
+}
+
+config::endpoint from_endpoint(const tcp::endpoint& e) {
+    config::endpoint out;
+    out.port = e.port();
+    if (e.address().is_v4()) {
+        out.address = config::ip_address::v4(e.address().to_v4().to_uint());
+    } else {
+        out.address = config::ip_address::v6(e.address().to_v6().to_bytes());
+    }
+    return out;
+}
+
+tcp::acceptor make_acceptor(net::io_context& ioc, const tcp::endpoint& ep, bool reuse_port) {
+    tcp::acceptor a(ioc);
+    a.open(ep.protocol());
+    a.set_option(net::socket_base::reuse_address(true));
+    if (reuse_port) {
+        const int one = 1;
+        if (::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+            throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
+        }
+    }
+    if (ep.address().is_v6()) {
+        a.set_option(net::ip::v6_only(true));
+    }
+    a.bind(ep);
+    a.listen(net::socket_base::max_listen_connections);
+    return a;
+}
+
+// Accepts until the acceptor closes. On an accept error (EMFILE, ENFILE, ...): log, back
+// off 100 ms and continue (Asio throttling_proxy), so a descriptor flood does not spin.
+template <class Handler>
+awaitable<void> accept_loop(tcp::acceptor& acceptor, const char* what, std::size_t max_open,
+                            const std::atomic<std::int64_t>* open, Handler handler) {
+    auto ex = co_await net::this_coro::executor;
+    net::steady_timer backoff(ex);
+    for (;;) {
+        auto [ec, socket] = co_await acceptor.async_accept(use_nothrow);
+        if (ec == net::error::operation_aborted || !acceptor.is_open()) {
+            co_return;
+        }
+        if (ec) {
+            std::cerr << "cordon: " << what << " accept: " << ec.message() << '\n';
+            backoff.expires_after(100ms);
+            co_await backoff.async_wait(use_nothrow);
+            continue;
+        }
+        if (open != nullptr && open->load() >= static_cast<std::int64_t>(max_open)) {
+            error_code ignored;
+            socket.close(ignored);  // over proxy.max_connections: refuse at once
+            continue;
+        }
+        handler(std::move(socket));
+    }
+}
+
+bool read_token_file(const std::string& path, std::string& token, std::string& error) {
+    std::ifstream in(path);
+    if (!in) {
+        error = "cannot read admin.token_file " + path + ": " + std::strerror(errno);
+        return false;
+    }
+    std::getline(in, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) {
+        token.pop_back();
+    }
+    if (token.size() < 16) {
+        error = "admin.token_file " + path + " must hold a token of at least 16 characters";
+        return false;
+    }
+    return true;
+}
+
+void print_errors(const config::load_result& r) {
+    for (const auto& e : r.errors) {
+        std::cerr << e.to_string() << '\n';
+    }
+    std::cerr << "cordon: refusing to start: " << r.errors.size()
+              << (r.errors.size() == 1 ? " error" : " errors") << " in the policy\n";
+}
+
+}  // namespace
+
+int run_daemon(const daemon_options& opts) {
+    config::load_result loaded = config::load_policy_file(opts.config_path);
+    if (!loaded.ok()) {
+        print_errors(loaded);
+        return 1;
+    }
+    std::string error;
+    std::string admin_token;
+    if (loaded.value->listen.admin &&
+        !read_token_file(*loaded.value->admin.token_file, admin_token, error)) {
+        std::cerr << "cordon: refusing to start: " << error << '\n';
+        return 1;
+    }
+    if (!dns::init_library(error)) {
+        std::cerr << "cordon: refusing to start: c-ares: " << error << '\n';
+        return 1;
+    }
+    const config::policy& pol = *loaded.value;
+    audit_options aopts;
+    aopts.dir = pol.audit.path;
+    aopts.retention_days = pol.audit.retention_days;
+    auto audit = std::make_unique<audit_log>(aopts, [](const std::string& e) {
+        std::cerr << "cordon: audit log: " << e << " (new connections are denied)\n";
+    });
+    if (!audit->open(error)) {
+        std::cerr << "cordon: refusing to start: audit log " << pol.audit.path << ": " << error
+                  << '\n';
+        return 1;
+    }
+    dns::resolver_options ropts;
+    ropts.upstream = pol.dns.upstream;
+    const config::endpoint proxy_ep = pol.listen.proxy;
+    const std::optional<config::endpoint> admin_ep = pol.listen.admin;
+    const std::string source = pol.source;
+
+    runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
+    rt.audit_log_ = std::move(audit);
+    const unsigned threads =
+        opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+
+    net::io_context control(1);
+    std::vector<tcp::acceptor> proxy_acceptors;
+    std::optional<tcp::acceptor> admin_acceptor;
+    try {
+        tcp::endpoint bind_ep = to_endpoint(proxy_ep);
+        for (unsigned i = 0; i < threads; ++i) {
+            auto w = std::make_unique<worker>(i);
+            w->resolver = dns::make_resolver(w->ioc, ropts);
+            proxy_acceptors.push_back(make_acceptor(w->ioc, bind_ep, true));
+            // Port 0: the first bind picks the port, the others share it.
+            bind_ep = proxy_acceptors.back().local_endpoint();
+            rt.workers.push_back(std::move(w));
+        }
+        rt.proxy_endpoint = from_endpoint(proxy_acceptors.front().local_endpoint());
+        rt.self.listeners.push_back(rt.proxy_endpoint);
+        if (admin_ep) {
+            admin_acceptor.emplace(make_acceptor(control, to_endpoint(*admin_ep), false));
+            rt.self.listeners.push_back(from_endpoint(admin_acceptor->local_endpoint()));
+        }
+    } catch (const std::exception& e) {
+        std::cerr << "cordon: refusing to start: cannot listen: " << e.what() << '\n';
+        return 1;
+    }
+    rt.self.local = local_addresses();
+
+    const auto max_conns = rt.policy()->source().proxy.max_connections;
+    for (std::size_t i = 0; i < rt.workers.size(); ++i) {
+        worker& w = *rt.workers[i];
+        net::co_spawn(w.ioc,
+                      accept_loop(proxy_acceptors[i], "proxy", max_conns, &rt.open_connections,
+                                  [&rt, &w](tcp::socket s) {
+                                      net::co_spawn(w.ioc, serve_client(rt, w, std::move(s)),
+                                                    net::detached);
+                                  }),
+                      net::detached);
+    }
+    if (admin_acceptor) {
+        net::co_spawn(control,
+                      accept_loop(*admin_acceptor, "admin", 1024, nullptr,
+                                  [&rt, &control, &admin_token](tcp::socket s) {
+                                      net::co_spawn(control,
+                                                    serve_admin(rt, admin_token, std::move(s)),
+                                                    net::detached);
+                                  }),
+                      net::detached);
+    }
+
+    // Tokens that expire close the tunnels opened with them, within a second.
+    net::steady_timer sweep(control);
+    std::function<void()> arm_sweep = [&] {
+        sweep.expires_after(1s);
+        sweep.async_wait([&](error_code ec) {
+            if (ec) {
+                return;
+            }
+            auto expired = rt.sessions.sweep_expired();
+            if (!expired.empty()) {
+                net::co_spawn(
+                    control,
+                    [&rt, expired = std::move(expired)]() -> awaitable<void> {
+                        const std::function<bool(const live_connection&)> of_expired =
+                            [&expired](const live_connection& c) {
+                                for (const auto& [sid, tid] : expired) {
+                                    if (c.session == sid && c.token_id == tid) {
+                                        return true;
+                                    }
+                                }
+                                return false;
+                            };
+                        const std::string why = "token_expired";
+                        co_await rt.close_where(of_expired, why);
+                    },
+                    net::detached);
+            }
+            rt.sessions.prune(std::chrono::hours(24));
+            arm_sweep();
+        });
+    };
+    arm_sweep();
+
+    // Signals: SIGTERM/SIGINT stop, SIGHUP reloads.
+    net::signal_set stop_signals(control, SIGTERM, SIGINT);
+    net::signal_set hup(control, SIGHUP);
+    bool stopping = false;
+    stop_signals.async_wait([&](error_code ec, int sig) {
+        if (ec) {
+            return;
+        }
+        std::cerr << "cordon: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", stopping\n";
+        stopping = true;
+        sweep.cancel();
+        hup.cancel();
+        error_code ignored;
+        if (admin_acceptor) {
+            admin_acceptor->close(ignored);
+        }
+        net::co_spawn(
+            control,
+            [&]() -> awaitable<void> {
+                // Stop accepting on each worker's own thread, then close what is open.
+                const std::function<std::size_t(worker&)> stop_accepting = [&](worker& w) {
+                    error_code e;
+                    proxy_acceptors[w.index].close(e);
+                    return std::size_t{0};
+                };
+                co_await rt.on_workers(stop_accepting);
+                const std::function<bool(const live_connection&)> all =
+                    [](const live_connection&) { return true; };
+                const std::string why = "shutdown";
+                co_await rt.close_where(all, why);
+                // Give the closed connections a moment to write their conn.close records.
+                net::steady_timer t(control);
+                for (int i = 0; i < 40 && rt.open_connections.load() > 0; ++i) {
+                    t.expires_after(50ms);
+                    co_await t.async_wait(use_nothrow);
+                }
+                for (auto& w : rt.workers) {
+                    w->resolver->cancel_all();
+                    w->ioc.stop();
+                }
+                control.stop();
+            },
+            net::detached);
+    });
+    std::function<void()> arm_hup = [&] {
+        hup.async_wait([&](error_code ec, int) {
+            if (ec || stopping) {
+                return;
+            }
+            net::co_spawn(
+                control,
+                [&rt]() -> awaitable<void> {
+                    const std::string by = "SIGHUP";
+                    const std::string errors = co_await rt.reload(by);
+                    if (errors.empty()) {
+                        std::cerr << "cordon: SIGHUP: policy reloaded\n";
+                    } else {
+                        std::cerr << errors << "cordon: SIGHUP: policy refused; the old one "
+                                               "stays in force\n";
+                    }
+                },
+                net::detached);
+            arm_hup();
+        });
+    };
+    arm_hup();
+
+    for (auto& w : rt.workers) {
+        worker* wp = w.get();
+        wp->thread = std::thread([wp] {
+            for (;;) {
+                try {
+                    wp->ioc.run();
+                    return;
+                } catch (const std::exception& e) {
+                    // A bug in one connection must not take the data plane down.
+                    std::cerr << "cordon: worker " << wp->index << ": " << e.what() << '\n';
+                }
+            }
+        });
+    }
+
+    std::ostringstream ready;
+    ready << "{\"proxy\": \"" << rt.proxy_endpoint.to_string() << "\", \"admin\": "
+          << (admin_acceptor ? "\"" + from_endpoint(admin_acceptor->local_endpoint()).to_string() +
+                                   "\""
+                             : std::string("null"))
+          << ", \"dns\": null, \"pid\": " << ::getpid() << "}\n";
+    std::cerr << "cordon: serving " << source << ": " << ready.str();
+    if (!opts.ready_file.empty()) {
+        const std::string tmp = opts.ready_file + ".tmp";
+        {
+            std::ofstream out(tmp);
+            out << ready.str();
+        }
+        std::rename(tmp.c_str(), opts.ready_file.c_str());
+    }
+
+    for (;;) {
+        try {
+            control.run();
+            break;
+        } catch (const std::exception& e) {
+            std::cerr << "cordon: control: " << e.what() << '\n';
+        }
+    }
+    for (auto& w : rt.workers) {
+        w->ioc.stop();
+        if (w->thread.joinable()) {
+            w->thread.join();
+        }
+    }
+    rt.workers.clear();  // connections still suspended are destroyed while `rt` is whole
+    rt.audit_log_->stop();
+    std::cerr << "cordon: stopped\n";
+    return 0;
+}
+
+}  // namespace cordon::proxy

@@ -1,0 +1,128 @@
+#include "proxy/runtime.hpp"
+
+#include "config/load.hpp"
+
+namespace cordon::proxy {
+
+bool self_addresses::is_self(const config::ip_address& a, std::uint16_t port) const {
+    for (const auto& l : listeners) {
+        if (l.port != port) {
+            continue;
+        }
+        if (l.address == a) {
+            return true;
+        }
+        const bool wildcard = l.address.bytes() == std::array<std::uint8_t, 16>{};
+        if (wildcard) {
+            if (a.is_v4() ? (a.v4_value() >> 24) == 127 : a == *config::parse_ip("::1")) {
+                return true;
+            }
+            for (const auto& local_addr : local) {
+                if (local_addr == a) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+runtime::runtime(std::string config_path, std::shared_ptr<const config::compiled_policy> p)
+    : config_path_(std::move(config_path)), policy_(std::move(p)) {}
+
+bool runtime::audit(audit_record&& r) {
+    return audit_log_ != nullptr && audit_log_->write(std::move(r));
+}
+
+bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_->healthy(); }
+
+std::shared_ptr<session_usage> runtime::usage_for(const std::string& session) {
+    std::lock_guard lock(usage_mu_);
+    auto& u = usage_[session];
+    if (!u) {
+        u = std::make_shared<session_usage>();
+    }
+    return u;
+}
+
+void runtime::forget_usage(const std::string& session) {
+    std::lock_guard lock(usage_mu_);
+    usage_.erase(session);
+}
+
+awaitable<std::size_t> runtime::on_workers(const std::function<std::size_t(worker&)>& fn) {
+    std::size_t total = 0;
+    for (auto& w : workers) {
+        worker& wr = *w;
+        total += co_await net::co_spawn(
+            wr.ioc, [&wr, &fn]() -> awaitable<std::size_t> { co_return fn(wr); },
+            net::use_awaitable);
+    }
+    co_return total;
+}
+
+awaitable<std::size_t> runtime::close_where(
+    const std::function<bool(const live_connection&)>& pred, const std::string& why) {
+    const std::function<std::size_t(worker&)> fn = [&](worker& w) {
+        // Collect first: closing does not erase (the connection's coroutine does, later),
+        // but keep iteration independent of what close() may grow into.
+        std::vector<live_connection*> hit;
+        for (const auto& [id, c] : w.live) {
+            if (pred(*c)) {
+                hit.push_back(c);
+            }
+        }
+        for (auto* c : hit) {
+            c->close(why);
+        }
+        return hit.size();
+    };
+    co_return co_await on_workers(fn);
+}
+
+awaitable<std::string> runtime::reload(const std::string& by) {
+    config::load_result r = config::load_policy_file(config_path_);
+    if (!r.ok()) {
+        std::string errors;
+        for (const auto& e : r.errors) {
+            errors += e.to_string();
+            errors += '\n';
+        }
+        ++reloads_failed;
+        auto rec = record("config.reload");
+        rec.add("result", "error").add("by", by).add("source", config_path_).add("errors",
+                                                                               errors);
+        audit(std::move(rec));
+        co_return errors;
+    }
+    auto next = config::compile(std::move(*r.value));
+    set_policy(next);
+    ++reloads_ok;
+    // Live connections the new policy no longer allows are closed.
+    const std::function<bool(const live_connection&)> no_longer_allowed =
+        [next](const live_connection& c) {
+            if (c.host.empty() || c.job.empty()) {
+                return false;
+            }
+            config::decide_args a;
+            a.job = c.job;
+            a.host = c.host;
+            a.port = c.port;
+            a.kind = c.kind;
+            a.method = c.method;
+            return !config::decide(a, *next).allowed();
+        };
+    const std::string why = "policy_changed";
+    const std::size_t closed = co_await close_where(no_longer_allowed, why);
+    auto rec = record("config.reload");
+    rec.add("result", "ok")
+        .add("by", by)
+        .add("source", config_path_)
+        .add("jobs", static_cast<std::uint64_t>(next->source().jobs.size()))
+        .add("rules", static_cast<std::uint64_t>(next->source().rule_count()))
+        .add("connections_closed", static_cast<std::uint64_t>(closed));
+    audit(std::move(rec));
+    co_return std::string();
+}
+
+}  // namespace cordon::proxy

@@ -1,0 +1,122 @@
+#pragma once
+// The daemon's shared state: the policy pointer, sessions, audit, the data-plane workers
+// and the live connections kills and reloads act on. Internal to proxy/ (heavy: Asio).
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "config/decide.hpp"
+#include "dns/resolver.hpp"
+#include "proxy/asio.hpp"
+#include "proxy/audit.hpp"
+#include "proxy/sessions.hpp"
+
+namespace cordon::proxy {
+
+/// Per-session usage shared by the session's connections on every worker.
+struct session_usage {
+    std::atomic<std::int64_t> tunnels{0};
+    std::atomic<std::uint64_t> bytes_up{0};
+};
+
+/// Something a kill, a revocation or a reload may have to close. Lives on one worker's
+/// thread; registered there while open, and only touched from that thread.
+class live_connection {
+public:
+    virtual ~live_connection() = default;
+    /// Closes both sides now, recording `why` (a deny reason name, or "shutdown") as the
+    /// close reason.
+    virtual void close(std::string_view why) = 0;
+
+    std::string session;   ///< empty for clients attributed by `sources`
+    std::string token_id;
+    std::string job;
+    std::string host;      ///< as decided (normalised name or literal)
+    std::uint16_t port = 0;
+    config::request_kind kind = config::request_kind::connect;
+    std::string method;
+};
+
+/// One data-plane thread: its io_context, resolver, relay buffer and live connections.
+struct worker {
+    explicit worker(std::size_t i) : index(i) {}
+    // Declaration order is destruction order reversed: the io_context (and with it any
+    // connection still suspended in it) goes before `live` and the buffer it uses, and the
+    // resolver, which holds descriptors on the io_context, goes before the io_context.
+    std::size_t index;
+    std::unordered_map<std::uint64_t, live_connection*> live;
+    /// Shared by every tunnel of this thread: a relay reads into it and writes out at once;
+    /// only a write that would block copies its remainder to the tunnel. So idle tunnels
+    /// hold no buffer.
+    std::vector<char> relay_buffer = std::vector<char>(64 * 1024);
+    net::io_context ioc{1};
+    std::unique_ptr<dns::resolver> resolver;
+    std::thread thread;
+};
+
+/// Addresses cordon listens on, so it never connects to itself.
+struct self_addresses {
+    std::vector<config::endpoint> listeners;  ///< as bound (real ports)
+    std::vector<config::ip_address> local;    ///< this host's interface addresses
+    bool is_self(const config::ip_address& a, std::uint16_t port) const;
+};
+
+class runtime {
+public:
+    runtime(std::string config_path, std::shared_ptr<const config::compiled_policy> p);
+
+    std::shared_ptr<const config::compiled_policy> policy() const { return policy_.load(); }
+    void set_policy(std::shared_ptr<const config::compiled_policy> p) { policy_.store(std::move(p)); }
+    const std::string& config_path() const { return config_path_; }
+
+    wall_clock::time_point now() const { return wall_clock::now(); }
+    audit_record record(std::string_view event) const { return audit_record(event, now()); }
+    /// Writes an audit record; false when the log is unhealthy (callers fail closed).
+    bool audit(audit_record&& r);
+    bool audit_healthy() const;
+
+    std::shared_ptr<session_usage> usage_for(const std::string& session);
+    void forget_usage(const std::string& session);
+
+    /// Runs `fn` on every worker's thread in turn and sums what it returns.
+    /// Callers pass named objects, never temporaries (see GCC PR 100611 in client.cpp).
+    awaitable<std::size_t> on_workers(const std::function<std::size_t(worker&)>& fn);
+    /// Closes every live connection `pred` selects, on its own thread; returns how many.
+    awaitable<std::size_t> close_where(const std::function<bool(const live_connection&)>& pred,
+                                       const std::string& why);
+
+    /// Loads config_path again and swaps the policy in; live connections the new policy no
+    /// longer allows are closed (policy_changed). Returns the errors, empty on success.
+    awaitable<std::string> reload(const std::string& by);
+
+    session_registry sessions;
+    std::unique_ptr<audit_log> audit_log_;
+    std::vector<std::unique_ptr<worker>> workers;
+    self_addresses self;
+    config::endpoint proxy_endpoint;
+    std::atomic<std::uint64_t> next_connection_id{1};
+    std::atomic<std::int64_t> open_connections{0};
+    std::atomic<std::uint64_t> reloads_ok{0};
+    std::atomic<std::uint64_t> reloads_failed{0};
+    wall_clock::time_point started = wall_clock::now();
+
+private:
+    std::string config_path_;
+    std::atomic<std::shared_ptr<const config::compiled_policy>> policy_;
+    std::mutex usage_mu_;
+    std::unordered_map<std::string, std::shared_ptr<session_usage>> usage_;
+};
+
+/// The proxy listener's connection handler (proxy/client.cpp).
+awaitable<void> serve_client(runtime& rt, worker& w, tcp::socket socket);
+/// The admin listener's connection handler (proxy/admin_api.cpp).
+awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket socket);
+
+}  // namespace cordon::proxy

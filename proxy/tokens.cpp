@@ -1,0 +1,76 @@
+#include "proxy/tokens.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <climits>
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+namespace cordon::proxy {
+
+std::string random_hex(std::size_t bytes) {
+    if (bytes > static_cast<std::size_t>(INT_MAX)) {
+        throw std::length_error("random_hex: too many bytes requested");
+    }
+    std::vector<unsigned char> raw(bytes);
+    if (bytes > 0 && RAND_bytes(raw.data(), static_cast<int>(bytes)) != 1) {
+        throw std::runtime_error("random_hex: the OS random generator failed (RAND_bytes)");
+    }
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes * 2);
+    for (const unsigned char b : raw) {
+        out.push_back(digits[b >> 4]);
+        out.push_back(digits[b & 0x0f]);
+    }
+    // The raw bytes may become a secret: do not leave them in freed memory.
+    OPENSSL_cleanse(raw.data(), raw.size());
+    return out;
+}
+
+secret_hash hash_secret(std::string_view secret) {
+    secret_hash out{};
+    unsigned int size = 0;
+    if (EVP_Digest(secret.data(), secret.size(), out.data(), &size, EVP_sha256(), nullptr) != 1 ||
+        size != out.size()) {
+        throw std::runtime_error("hash_secret: SHA-256 failed (EVP_Digest)");
+    }
+    return out;
+}
+
+bool equal_constant_time(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    if (a.empty()) {
+        return true;
+    }
+    return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+bool equal_constant_time(const secret_hash& a, const secret_hash& b) noexcept {
+    return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string format_rfc3339(wall_clock::time_point t) {
+    using namespace std::chrono;
+    const auto ms = floor<milliseconds>(t);
+    const auto day = floor<days>(ms);
+    const year_month_day ymd{day};
+    const hh_mm_ss hms{ms - day};
+    char buf[64];
+    const int n = std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ",
+                                static_cast<int>(ymd.year()),
+                                static_cast<unsigned>(ymd.month()),
+                                static_cast<unsigned>(ymd.day()),
+                                static_cast<int>(hms.hours().count()),
+                                static_cast<int>(hms.minutes().count()),
+                                static_cast<int>(hms.seconds().count()),
+                                static_cast<int>(hms.subseconds().count()));
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace cordon::proxy

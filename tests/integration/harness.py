@@ -1,0 +1,1112 @@
+"""Integration-test harness for `cordon serve`.
+
+Everything here runs on loopback only (127.0.0.1) and uses the Python 3 standard library
+plus the real `curl` and `openssl` binaries:
+
+- TempDir:        a temp dir removed on cleanup.
+- test_cert():    one throwaway self-signed certificate (SAN a.test, b.test) per run.
+- HTTPOrigin:     a plain HTTP/1.1 origin that records every request it receives.
+- TLSOrigin:      a TLS HTTP origin that records every connection (bytes seen, SNI, ...).
+- EchoOrigin:     a raw TCP origin (echo / reply-after-EOF / sink) that records connections.
+- FakeDNS:        a tiny UDP DNS server answering A/AAAA from a table, NXDOMAIN otherwise.
+- Cordon:         writes a policy, starts `cordon serve`, talks to its admin API, reads the
+                  audit log, stops it.
+- ProxyConn:      a raw client connection to the proxy with a small HTTP/1.1 response reader.
+- run_curl():     runs curl with a clean environment (no *_proxy variables, no .curlrc).
+
+Every wait is bounded in time; every loop is bounded in count.
+"""
+
+import asyncio
+import atexit
+import base64
+import glob
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import socketserver
+import ssl
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+
+CORDON_BIN = os.environ.get("CORDON_BIN", "/work/main/build/cordon")
+LOOPBACK = "127.0.0.1"
+KiB = 1024
+MiB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------
+# Small utilities
+# --------------------------------------------------------------------------------------
+
+class TempDir:
+    """A temp dir; cleanup() removes it (idempotent)."""
+
+    def __init__(self, prefix="cordon-it-"):
+        self.path = tempfile.mkdtemp(prefix=prefix)
+
+    def join(self, *parts):
+        return os.path.join(self.path, *parts)
+
+    def cleanup(self):
+        if self.path and os.path.isdir(self.path):
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.path = None
+
+
+def wait_until(pred, timeout, interval=0.02):
+    """Polls pred() until it returns a truthy value or `timeout` seconds pass; returns the
+    last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 with nothing listening (bound, then released)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((LOOPBACK, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def basic(user, password):
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+_CERT_DIR = None
+_CERT = None
+_CERT_LOCK = threading.Lock()
+
+
+def test_cert():
+    """(cert_path, key_path) of a throwaway self-signed cert for a.test and b.test, made once
+    per run with openssl and removed at exit."""
+    global _CERT_DIR, _CERT
+    with _CERT_LOCK:
+        if _CERT is None:
+            _CERT_DIR = TempDir("cordon-it-cert-")
+            atexit.register(_CERT_DIR.cleanup)
+            cert, key = _CERT_DIR.join("cert.pem"), _CERT_DIR.join("key.pem")
+            subprocess.run(
+                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                 "-keyout", key, "-out", cert, "-subj", "/CN=a.test",
+                 "-addext", "subjectAltName=DNS:a.test,DNS:b.test"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+            _CERT = (cert, key)
+        return _CERT
+
+
+def client_ssl_context():
+    """A client context that trusts only the test cert."""
+    cert, _ = test_cert()
+    ctx = ssl.create_default_context(cafile=cert)
+    return ctx
+
+
+def run_curl(args, timeout=60, env_extra=None):
+    """Runs curl (never reading ~/.curlrc, never honouring proxy variables from the
+    environment unless given in env_extra) and returns CompletedProcess with bytes
+    stdout/stderr."""
+    env = {k: v for k, v in os.environ.items()
+           if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+    env.update(env_extra or {})
+    pre = ["curl", "-q"] if env_extra else ["curl", "-q", "--noproxy", ""]
+    return subprocess.run(pre + list(args), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+
+
+# --------------------------------------------------------------------------------------
+# Plain HTTP origin
+# --------------------------------------------------------------------------------------
+
+class _OriginHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "it-origin/1"
+    timeout = 30
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def setup(self):
+        super().setup()
+        with self.server.origin.lock:
+            self.server.origin.connections += 1
+
+    def _record(self, body_len=0, body_head=b"", sha=None):
+        rec = {
+            "method": self.command,
+            "path": self.path,
+            "version": self.request_version,
+            "requestline": self.requestline,
+            "headers": list(self.headers.items()),
+            "body_len": body_len,
+            "body_head": body_head,
+            "sha256": sha,
+            "time": time.monotonic(),
+        }
+        with self.server.origin.lock:
+            self.server.origin.requests.append(rec)
+        return rec
+
+    def _read_body(self):
+        """Reads the request body (Content-Length or chunked), counting and hashing it,
+        keeping only its first 64 KiB. Returns (length, head, sha256-hex)."""
+        h = hashlib.sha256()
+        n = 0
+        head = bytearray()
+
+        def take(b):
+            nonlocal n
+            n += len(b)
+            h.update(b)
+            if len(head) < 64 * KiB:
+                head.extend(b[:64 * KiB - len(head)])
+
+        te = self.headers.get("Transfer-Encoding")
+        if te is not None and te.strip().lower() == "chunked":
+            for _ in range(10_000_000):
+                line = self.rfile.readline(1024)
+                if not line:
+                    raise ConnectionError("EOF in chunked body")
+                size = int(line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    # trailers until blank line
+                    for _ in range(100):
+                        t = self.rfile.readline(8192)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                left = size
+                while left:
+                    b = self.rfile.read(min(left, 256 * KiB))
+                    if not b:
+                        raise ConnectionError("EOF in chunk")
+                    take(b)
+                    left -= len(b)
+                self.rfile.readline(16)
+        else:
+            left = int(self.headers.get("Content-Length") or 0)
+            while left:
+                b = self.rfile.read(min(left, 256 * KiB))
+                if not b:
+                    raise ConnectionError("EOF in body")
+                take(b)
+                left -= len(b)
+        return n, bytes(head), h.hexdigest()
+
+    def _send(self, status, body, ctype="text/plain", extra=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self):
+        url = urllib.parse.urlsplit(self.path)
+        q = urllib.parse.parse_qs(url.query)
+        if (self.headers.get("Upgrade", "").lower() == "websocket"
+                and url.path == "/ws"):
+            self._record()
+            self._websocket()
+            return
+        n, head, sha = self._read_body()
+        self._record(n, head, sha)
+        if url.path == "/big":
+            size = int(q.get("n", ["0"])[0])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            block = (b"0123456789abcdef" * 4096)  # 64 KiB
+            left = size
+            while left:
+                k = min(left, len(block))
+                self.wfile.write(block[:k])
+                left -= k
+            return
+        if url.path == "/chunked":
+            parts = int(q.get("parts", ["5"])[0])
+            size = int(q.get("size", ["1000"])[0])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(parts):
+                chunk = bytes([65 + i % 26]) * size
+                self.wfile.write(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        body = json.dumps({"origin": "http", "method": self.command,
+                           "path": self.path}).encode() + b"\n"
+        self._send(200, body, "application/json")
+
+    def do_HEAD(self):
+        self._record()
+        body = b'{"origin": "http"}\n'
+        self._send(200, body, "application/json")
+
+    def do_POST(self):
+        try:
+            n, head, sha = self._read_body()
+        except (ValueError, ConnectionError) as e:
+            rec = self._record()
+            rec["body_error"] = repr(e)
+            self.close_connection = True
+            self._send(400, b"bad body\n", extra=[("Connection", "close")])
+            return
+        self._record(n, head, sha)
+        body = json.dumps({"bytes": n, "sha256": sha}).encode() + b"\n"
+        self._send(200, body, "application/json")
+
+    do_PUT = do_POST
+
+    def do_DELETE(self):
+        n, head, sha = self._read_body()
+        self._record(n, head, sha)
+        self._send(200, b'{"deleted": true}\n', "application/json")
+
+    def _websocket(self):
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1(
+            (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        self.connection.settimeout(30)
+        for _ in range(100_000):
+            try:
+                data = self.rfile.read1(65536)  # buffered bytes first, then the socket
+            except OSError:
+                break
+            if not data:
+                break
+            self.wfile.write(data)
+            self.wfile.flush()
+        self.close_connection = True
+
+
+class _ThreadingHTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+    def handle_error(self, request, client_address):  # clients vanish mid-request: quiet
+        pass
+
+
+class HTTPOrigin:
+    """A plain HTTP/1.1 origin on 127.0.0.1:<ephemeral>. Records each request as a dict
+    (method, path, headers [(name, value)...], body_len, body_head, sha256) in .requests and
+    counts accepted connections in .connections.
+
+    Endpoints: GET / (JSON), GET /big?n=BYTES (streamed), GET /chunked?parts=&size=
+    (chunked response), POST/PUT any path (reads the body, answers {"bytes", "sha256"}),
+    HEAD, DELETE (answers 200: tests assert it is never reached), GET /ws with
+    Upgrade: websocket (101, then echoes bytes)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests = []
+        self.connections = 0
+        self.server = _ThreadingHTTPServer((LOOPBACK, 0), _OriginHandler)
+        self.server.origin = self
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+
+    def requests_matching(self, substring):
+        with self.lock:
+            return [r for r in self.requests if substring in r["path"]]
+
+    def snapshot(self):
+        with self.lock:
+            return len(self.requests), self.connections
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def header_values(rec_headers, name):
+    """All values of header `name` (case-insensitive) in a recorded header list."""
+    return [v for k, v in rec_headers if k.lower() == name.lower()]
+
+
+# --------------------------------------------------------------------------------------
+# TLS origin
+# --------------------------------------------------------------------------------------
+
+class TLSOrigin:
+    """A TLS HTTP origin on 127.0.0.1:<ephemeral> with the test cert. Records every accepted
+    connection in .conns as {got_bytes, sni, handshake_ok, request} and answers one request
+    per connection with body b"tls-origin sni=<sni> path=<path>\\n"."""
+
+    def __init__(self):
+        cert, key = test_cert()
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(cert, key)
+        self.ctx.sni_callback = self._sni
+        self.lock = threading.Lock()
+        self.conns = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((LOOPBACK, 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        self.thread = threading.Thread(target=self._accept_loop, daemon=True)
+        self.thread.start()
+
+    def _sni(self, sslobj, name, ctx):
+        rec = getattr(sslobj, "_it_rec", None)
+        if rec is not None:
+            rec["sni"] = name
+
+    def _accept_loop(self):
+        for _ in range(1_000_000):
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self._stop:
+                c.close()
+                return
+            rec = {"got_bytes": False, "sni": None, "handshake_ok": False, "request": None,
+                   "error": None}
+            with self.lock:
+                self.conns.append(rec)
+            threading.Thread(target=self._serve, args=(c, rec), daemon=True).start()
+
+    def _serve(self, c, rec):
+        try:
+            c.settimeout(15)
+            try:
+                first = c.recv(1, socket.MSG_PEEK)
+            except OSError as e:
+                rec["error"] = f"peek: {e}"
+                return
+            if not first:
+                return
+            rec["got_bytes"] = True
+            s = self.ctx.wrap_socket(c, server_side=True, do_handshake_on_connect=False)
+            s._it_rec = rec  # lets the SNI callback find the record
+            try:
+                s.do_handshake()
+            except (ssl.SSLError, OSError) as e:
+                rec["error"] = f"handshake: {e}"
+                return
+            rec["handshake_ok"] = True
+            buf = b""
+            for _ in range(1000):
+                if b"\r\n\r\n" in buf:
+                    break
+                d = s.recv(65536)
+                if not d:
+                    break
+                buf += d
+            line = buf.split(b"\r\n", 1)[0].decode("latin-1")
+            rec["request"] = line
+            parts = line.split(" ")
+            path = parts[1] if len(parts) > 1 else "?"
+            body = f"tls-origin sni={rec['sni']} path={path}\n".encode()
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            try:
+                s.unwrap()
+            except (ssl.SSLError, OSError):
+                pass
+        except Exception as e:  # recorded, never raised into the test thread
+            rec["error"] = repr(e)
+        finally:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def snapshot(self):
+        with self.lock:
+            return len(self.conns)
+
+    def conns_since(self, n):
+        with self.lock:
+            return list(self.conns[n:])
+
+    def stop(self):
+        self._stop = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------------------
+# Raw TCP origin (asyncio in a thread: scales to thousands of connections)
+# --------------------------------------------------------------------------------------
+
+class EchoOrigin:
+    """A raw TCP origin on 127.0.0.1:<ephemeral>. mode:
+      "echo":      echoes every byte at once; half-closes back after the client's EOF.
+      "eof_reply": reads until EOF, then sends b"got N bytes\\n" and closes.
+      "sink":      reads and counts, never writes.
+    Records each connection in .conns as {bytes_in, bytes_out, eof, closed}."""
+
+    def __init__(self, mode="echo"):
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.conns = []
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("echo origin did not start")
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+
+        async def start():
+            self.server = await asyncio.start_server(self._handle, LOOPBACK, 0, backlog=2048)
+            self.port = self.server.sockets[0].getsockname()[1]
+            self._ready.set()
+
+        self.loop.run_until_complete(start())
+        self.loop.run_forever()
+
+    async def _handle(self, reader, writer):
+        rec = {"bytes_in": 0, "bytes_out": 0, "eof": False, "closed": False,
+               "opened": time.monotonic()}
+        with self.lock:
+            self.conns.append(rec)
+        try:
+            for _ in range(10_000_000):
+                data = await reader.read(65536)
+                if not data:
+                    rec["eof"] = True
+                    break
+                rec["bytes_in"] += len(data)
+                if self.mode == "echo":
+                    writer.write(data)
+                    await writer.drain()
+                    rec["bytes_out"] += len(data)
+            if self.mode == "eof_reply":
+                msg = f"got {rec['bytes_in']} bytes\n".encode()
+                writer.write(msg)
+                await writer.drain()
+                rec["bytes_out"] += len(msg)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            rec["closed"] = True
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    def snapshot(self):
+        with self.lock:
+            return len(self.conns)
+
+    def conns_since(self, n):
+        with self.lock:
+            return list(self.conns[n:])
+
+    def stop(self):
+        def _close():
+            self.server.close()
+            self.loop.stop()
+        self.loop.call_soon_threadsafe(_close)
+        self.thread.join(5)
+
+
+# --------------------------------------------------------------------------------------
+# Fake DNS (UDP)
+# --------------------------------------------------------------------------------------
+
+class FakeDNS:
+    """A UDP DNS server on 127.0.0.1:<ephemeral>. `table` maps a lower-case name to
+    {"A": [...], "AAAA": [...]}. A known name gets its records of the asked type (NOERROR,
+    possibly no answers); an unknown name gets NXDOMAIN. Records (name, qtype) in .queries."""
+
+    def __init__(self, table):
+        self.table = {k.lower().rstrip("."): v for k, v in table.items()}
+        self.queries = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((LOOPBACK, 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        for _ in range(10_000_000):
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except OSError:
+                return
+            try:
+                resp = self._answer(data)
+            except Exception:
+                continue
+            if resp:
+                try:
+                    self.sock.sendto(resp, peer)
+                except OSError:
+                    pass
+
+    def _answer(self, q):
+        if len(q) < 12:
+            return None
+        qid, flags, qd, _, _, _ = struct.unpack("!HHHHHH", q[:12])
+        if qd != 1:
+            return None
+        i = 12
+        labels = []
+        for _ in range(128):
+            n = q[i]
+            i += 1
+            if n == 0:
+                break
+            labels.append(q[i:i + n].decode("ascii", "replace"))
+            i += n
+        qtype, qclass = struct.unpack("!HH", q[i:i + 4])
+        question = q[12:i + 4]
+        name = ".".join(labels).lower()
+        with self.lock:
+            self.queries.append((name, qtype))
+        rd = flags & 0x0100
+        entry = self.table.get(name)
+        answers = []
+        rcode = 0
+        if entry is None:
+            rcode = 3
+        elif qclass == 1 and qtype == 1:
+            for a in entry.get("A", []):
+                answers.append(struct.pack("!HHHIH", 0xC00C, 1, 1, 30, 4)
+                               + socket.inet_pton(socket.AF_INET, a))
+        elif qclass == 1 and qtype == 28:
+            for a in entry.get("AAAA", []):
+                answers.append(struct.pack("!HHHIH", 0xC00C, 28, 1, 30, 16)
+                               + socket.inet_pton(socket.AF_INET6, a))
+        rflags = 0x8000 | 0x0400 | rd | 0x0080 | rcode  # QR AA RD RA rcode
+        header = struct.pack("!HHHHHH", qid, rflags, 1, len(answers), 0, 0)
+        return header + question + b"".join(answers)
+
+    def names_queried(self):
+        with self.lock:
+            return {n for n, _ in self.queries}
+
+    def stop(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------------------
+# Raw proxy client
+# --------------------------------------------------------------------------------------
+
+class Response:
+    def __init__(self, status, reason, headers, body, raw_head):
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # [(name, value)]
+        self.body = body
+        self.raw_head = raw_head
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name):
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+    def __repr__(self):
+        return f"<Response {self.status} {self.reason} {self.headers} {self.body[:300]!r}>"
+
+
+class ProxyConn:
+    """One TCP connection to the proxy with a buffered reader."""
+
+    def __init__(self, addr, timeout=10):
+        self.sock = socket.create_connection(addr, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self):
+        d = self.sock.recv(65536)
+        if not d:
+            raise EOFError("connection closed by peer")
+        self.buf += d
+
+    def recv(self, n=65536):
+        """Bytes from the buffer first, then the socket; b"" on EOF."""
+        if self.buf:
+            out, self.buf = self.buf[:n], self.buf[n:]
+            return out
+        return self.sock.recv(n)
+
+    def recv_exact(self, n, timeout=10):
+        self.sock.settimeout(timeout)
+        out = bytearray()
+        for _ in range(10_000_000):
+            if len(out) >= n:
+                break
+            d = self.recv(min(65536, n - len(out)))
+            if not d:
+                raise EOFError(f"EOF after {len(out)} of {n} bytes")
+            out.extend(d)
+        return bytes(out)
+
+    def read_head(self, timeout=10, limit=256 * KiB):
+        self.sock.settimeout(timeout)
+        for _ in range(100_000):
+            i = self.buf.find(b"\r\n\r\n")
+            if i >= 0:
+                head, self.buf = self.buf[:i + 4], self.buf[i + 4:]
+                return head
+            if len(self.buf) > limit:
+                raise ValueError("response head too large")
+            self._fill()
+        raise ValueError("no response head")
+
+    def read_response(self, timeout=10, method="GET", body_limit=16 * MiB):
+        """Reads one response (head and body). For CONNECT 2xx and 101 the body is empty and
+        the remaining bytes stay in the buffer."""
+        head = self.read_head(timeout)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        status = int(parts[1])
+        reason = parts[2] if len(parts) > 2 else ""
+        headers = []
+        for line in lines[1:]:
+            if not line:
+                continue
+            k, _, v = line.partition(":")
+            headers.append((k.strip(), v.strip()))
+        r = Response(status, reason, headers, b"", head)
+        if (method == "CONNECT" and 200 <= status < 300) or status == 101 \
+                or method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return r
+        te = r.header("Transfer-Encoding")
+        cl = r.header("Content-Length")
+        if te and "chunked" in te.lower():
+            body = bytearray()
+            for _ in range(1_000_000):
+                while b"\r\n" not in self.buf:
+                    self._fill()
+                line, self.buf = self.buf.split(b"\r\n", 1)
+                size = int(line.split(b";")[0], 16)
+                if size == 0:
+                    for _ in range(100):
+                        while b"\r\n" not in self.buf:
+                            self._fill()
+                        t, self.buf = self.buf.split(b"\r\n", 1)
+                        if t == b"":
+                            break
+                    break
+                while len(self.buf) < size + 2:
+                    self._fill()
+                body.extend(self.buf[:size])
+                self.buf = self.buf[size + 2:]
+                if len(body) > body_limit:
+                    raise ValueError("body too large")
+            r.body = bytes(body)
+        elif cl is not None:
+            n = int(cl)
+            while len(self.buf) < n:
+                self._fill()
+            r.body, self.buf = self.buf[:n], self.buf[n:]
+        else:
+            # until close
+            for _ in range(1_000_000):
+                try:
+                    self._fill()
+                except EOFError:
+                    break
+                if len(self.buf) > body_limit:
+                    raise ValueError("body too large")
+            r.body, self.buf = self.buf, b""
+        return r
+
+    def wait_closed(self, timeout=5):
+        """Reads until EOF or a reset within `timeout`; returns (closed, bytes_read)."""
+        deadline = time.monotonic() + timeout
+        got = bytearray(self.buf)
+        self.buf = b""
+        for _ in range(1_000_000):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, bytes(got)
+            self.sock.settimeout(left)
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                return False, bytes(got)
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+                return True, bytes(got)
+            if not d:
+                return True, bytes(got)
+            got.extend(d)
+        return False, bytes(got)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect_request(host_port, auth=None, extra=b""):
+    req = f"CONNECT {host_port} HTTP/1.1\r\nHost: {host_port}\r\n".encode()
+    if auth is not None:
+        req += f"Proxy-Authorization: {auth}\r\n".encode()
+    return req + extra + b"\r\n"
+
+
+# --------------------------------------------------------------------------------------
+# cordon itself
+# --------------------------------------------------------------------------------------
+
+RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)$")
+
+
+class CordonError(AssertionError):
+    pass
+
+
+class Cordon:
+    """One `cordon serve` in its own temp dir. `jobs_yaml` is the text of the `jobs:` mapping
+    (indented by two spaces, without the `jobs:` line); `proxy_opts` the `proxy:` section."""
+
+    def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None):
+        self.bin = binary or CORDON_BIN
+        self.tmp = TempDir("cordon-it-serve-")
+        self.dns_port = dns_port
+        self.proxy_opts = dict(proxy_opts or {})
+        self.admin_token = secrets.token_hex(32)
+        self.token_file = self.tmp.join("admin.token")
+        with open(self.token_file, "w") as f:
+            f.write(self.admin_token + "\n")
+        os.chmod(self.token_file, 0o600)
+        self.state_dir = self.tmp.join("state")
+        self.audit_dir = self.tmp.join("audit")
+        os.makedirs(self.state_dir, mode=0o700)
+        os.makedirs(self.audit_dir, mode=0o700)
+        self.config_path = self.tmp.join("policy.yaml")
+        self.ready_path = self.tmp.join("ready.json")
+        self.secrets = [self.admin_token]  # every secret this instance handed out
+        self.proc = None
+        self.write_policy(jobs_yaml)
+
+    # policy -------------------------------------------------------------------------
+
+    def policy_text(self, jobs_yaml):
+        proxy = ""
+        if self.proxy_opts:
+            proxy = "proxy:\n" + "".join(f"  {k}: {v}\n" for k, v in self.proxy_opts.items())
+        return (
+            "# written by tests/integration/harness.py\n"
+            "listen:\n"
+            "  proxy: 127.0.0.1:0\n"
+            "  admin: 127.0.0.1:0\n"
+            "admin:\n"
+            f"  token_file: {self.token_file}\n"
+            "state:\n"
+            f"  path: {self.state_dir}\n"
+            "audit:\n"
+            f"  path: {self.audit_dir}\n"
+            "dns:\n"
+            f"  upstream: [\"127.0.0.1:{self.dns_port}\"]\n"
+            + proxy +
+            "jobs:\n" + jobs_yaml)
+
+    def write_policy(self, jobs_yaml=None, raw_text=None):
+        """Replaces the policy file atomically (rename)."""
+        text = raw_text if raw_text is not None else self.policy_text(jobs_yaml)
+        tmp = self.config_path + ".new"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config_path)
+
+    # process ------------------------------------------------------------------------
+
+    def start(self, timeout=10):
+        if not os.path.exists(self.bin):
+            raise CordonError(f"cordon binary not found at {self.bin} (set CORDON_BIN)")
+        self.stdout = open(self.tmp.join("stdout.log"), "wb")
+        self.stderr = open(self.tmp.join("stderr.log"), "wb")
+        self.proc = subprocess.Popen(
+            [self.bin, "serve", "--config", self.config_path, "--ready-file", self.ready_path],
+            stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stderr)
+        deadline = time.monotonic() + timeout
+        ready = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise CordonError(f"cordon serve exited with {self.proc.returncode} before "
+                                  f"ready:\n{self.stderr_text()}")
+            if os.path.exists(self.ready_path):
+                try:
+                    with open(self.ready_path) as f:
+                        ready = json.load(f)
+                    break
+                except (ValueError, OSError):
+                    pass  # partially written
+            time.sleep(0.02)
+        if ready is None:
+            self.kill()
+            raise CordonError(f"cordon serve wrote no ready file within {timeout}s:\n"
+                              f"{self.stderr_text()}")
+        self.ready = ready
+        self.proxy_addr = self._addr(ready["proxy"])
+        self.admin_addr = self._addr(ready["admin"])
+        return self
+
+    @staticmethod
+    def _addr(text):
+        host, _, port = text.rpartition(":")
+        return host.strip("[]"), int(port)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_text(self, tail=4000):
+        try:
+            self.stderr.flush()
+            with open(self.tmp.join("stderr.log"), "rb") as f:
+                return f.read().decode("utf-8", "replace")[-tail:]
+        except (OSError, AttributeError, TypeError):
+            return ""
+
+    def rss_kb(self):
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return None
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout=10):
+        """SIGTERM, wait (bounded); returns (exit code, seconds taken). Kills on timeout."""
+        if self.proc is None or self.proc.poll() is not None:
+            return (self.proc.returncode if self.proc else None), 0.0
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None, time.monotonic() - t0
+        return rc, time.monotonic() - t0
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def cleanup(self):
+        self.kill()
+        for f in (getattr(self, "stdout", None), getattr(self, "stderr", None)):
+            if f:
+                f.close()
+        self.tmp.cleanup()
+
+    # admin API ----------------------------------------------------------------------
+
+    def admin_raw(self, method, path, body=None, token="default", headers=None,
+                  timeout=10):
+        """(status, headers dict lower-case, raw body bytes)."""
+        conn = http.client.HTTPConnection(*self.admin_addr, timeout=timeout)
+        h = dict(headers or {})
+        if token == "default":
+            token = self.admin_token
+        if token is not None:
+            h["Authorization"] = f"Bearer {token}"
+        data = None
+        if body is not None:
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+            if isinstance(data, str):
+                data = data.encode()
+            h.setdefault("Content-Type", "application/json")
+        try:
+            conn.request(method, path, body=data, headers=h)
+            r = conn.getresponse()
+            raw = r.read()
+            hdrs = {k.lower(): v for k, v in r.getheaders()}
+            return r.status, hdrs, raw
+        finally:
+            conn.close()
+
+    def admin(self, method, path, body=None, token="default", headers=None):
+        """(status, parsed JSON or None if the body is not JSON)."""
+        status, _, raw = self.admin_raw(method, path, body, token, headers)
+        try:
+            js = json.loads(raw.decode("utf-8")) if raw else None
+        except ValueError:
+            js = None
+        return status, js
+
+    def create_session(self, job="web", ttl=None):
+        body = {"job": job}
+        if ttl is not None:
+            body["ttl"] = ttl
+        status, js = self.admin("POST", "/v1/sessions", body)
+        if status != 201 or not isinstance(js, dict):
+            raise CordonError(f"POST /v1/sessions {body} -> {status} {js}")
+        self.secrets.append(js.get("token", ""))
+        return js
+
+    def mint_token(self, session_id, ttl=None):
+        body = {} if ttl is None else {"ttl": ttl}
+        status, js = self.admin("POST", f"/v1/sessions/{session_id}/tokens", body)
+        if status != 201 or not isinstance(js, dict):
+            raise CordonError(f"POST /v1/sessions/{session_id}/tokens -> {status} {js}")
+        self.secrets.append(js.get("token", ""))
+        return js
+
+    def status(self):
+        return self.admin("GET", "/v1/status")[1]
+
+    # proxy helpers ------------------------------------------------------------------
+
+    def conn(self, timeout=10):
+        return ProxyConn(self.proxy_addr, timeout)
+
+    def tunnel(self, session, host_port, token=None, timeout=10):
+        """CONNECT host_port with the session's credentials; returns (ProxyConn, Response).
+        The caller checks the status."""
+        c = self.conn(timeout)
+        auth = basic(session["id"], token or session["token"])
+        c.send(connect_request(host_port, auth))
+        r = c.read_response(timeout, method="CONNECT")
+        return c, r
+
+    def proxy_url(self, session, token=None):
+        h, p = self.proxy_addr
+        return f"http://{session['id']}:{token or session['token']}@{h}:{p}"
+
+    # audit ------------------------------------------------------------------------
+
+    def audit_files(self):
+        return sorted(glob.glob(os.path.join(self.audit_dir, "cordon-*.jsonl")))
+
+    def audit_raw(self):
+        out = b""
+        for p in self.audit_files():
+            with open(p, "rb") as f:
+                out += f.read()
+        return out
+
+    def audit_events(self):
+        """Every event of every audit file, in file order. Raises on a line that is not a
+        JSON object with `ts` and `event`."""
+        events = []
+        for p in self.audit_files():
+            with open(p, "rb") as f:
+                data = f.read()
+            # A line being written may be incomplete: ignore only a trailing partial line.
+            lines = data.split(b"\n")
+            if lines and lines[-1] != b"":
+                lines = lines[:-1]
+            for n, line in enumerate(lines, 1):
+                if not line:
+                    continue
+                try:
+                    ev = json.loads(line)
+                except ValueError as e:
+                    raise CordonError(f"{p}:{n}: not JSON ({e}): {line[:200]!r}")
+                if not isinstance(ev, dict) or "ts" not in ev or "event" not in ev:
+                    raise CordonError(f"{p}:{n}: no ts/event: {line[:200]!r}")
+                events.append(ev)
+        return events
+
+    def wait_events(self, pred, count=1, timeout=5):
+        """Polls the audit log until at least `count` events satisfy pred; returns them
+        (possibly fewer on timeout)."""
+        found = []
+
+        def check():
+            nonlocal found
+            found = [e for e in self.audit_events() if pred(e)]
+            return len(found) >= count
+
+        wait_until(check, timeout, 0.05)
+        return found
+
+
+# --------------------------------------------------------------------------------------
+# RSS sampler
+# --------------------------------------------------------------------------------------
+
+class RssSampler:
+    """Samples a process's VmRSS every 50 ms while active; .max_kb afterwards."""
+
+    def __init__(self, cordon):
+        self.cordon = cordon
+        self.max_kb = 0
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        for _ in range(100_000):
+            v = self.cordon.rss_kb()
+            if v:
+                self.max_kb = max(self.max_kb, v)
+            if self._stop.wait(0.05):
+                return
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.thread.join(2)
+        v = self.cordon.rss_kb()
+        if v:
+            self.max_kb = max(self.max_kb, v)
+        return False
