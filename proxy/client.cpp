@@ -457,8 +457,7 @@ awaitable<bool> client_conn::check_request(const http::request_header<>& h,
 }
 
 awaitable<bool> client_conn::check_sni(const std::string& want, std::vector<std::uint8_t>& hello) {
-    const auto& ps = rt_.policy()->source().proxy;
-    const auto deadline = steady::now() + ps.handshake_timeout;
+    const auto deadline = steady::now() + rt_.policy()->source().proxy.handshake_timeout;
     for (;;) {
         const hello_result r = parse_client_hello(hello);
         if (r.status == hello_status::ok) {
@@ -869,7 +868,9 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
 }
 
 awaitable<void> client_conn::run() {
-    const auto& ps = rt_.policy()->source().proxy;
+    // Limits as of the connection's start; the snapshot keeps them alive across reloads.
+    const auto snapshot = rt_.policy();
+    const auto& ps = snapshot->source().proxy;
     // Bounded: a head may not exceed max_header_bytes; body chunks read at most 64 KiB.
     beast::flat_buffer buffer(ps.max_header_bytes + 64 * 1024);
     for (;;) {

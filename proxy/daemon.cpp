@@ -6,6 +6,7 @@
 #include "proxy/daemon.hpp"
 
 #include <ifaddrs.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -138,6 +139,12 @@ void print_errors(const config::load_result& r) {
 }  // namespace
 
 int run_daemon(const daemon_options& opts) {
+    // Every tunnel holds two descriptors: raise the soft limit to the hard one.
+    rlimit nofile{};
+    if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     config::load_result loaded = config::load_policy_file(opts.config_path);
     if (!loaded.ok()) {
         print_errors(loaded);

@@ -57,6 +57,9 @@ struct worker {
     /// hold no buffer.
     std::vector<char> relay_buffer = std::vector<char>(64 * 1024);
     net::io_context ioc{1};
+    /// Keeps run() going when the acceptor closes and no connection is left, so that
+    /// shutdown can still post work here; released by ioc.stop() at the very end.
+    net::executor_work_guard<net::io_context::executor_type> keep_running{ioc.get_executor()};
     std::unique_ptr<dns::resolver> resolver;
     std::thread thread;
 };

@@ -540,6 +540,8 @@ class EchoOrigin:
             self.loop.stop()
         self.loop.call_soon_threadsafe(_close)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 # --------------------------------------------------------------------------------------
