@@ -55,7 +55,7 @@ struct worker {
     /// Shared by every tunnel of this thread: a relay reads into it and writes out at once;
     /// only a write that would block copies its remainder to the tunnel. So idle tunnels
     /// hold no buffer.
-    std::vector<char> relay_buffer = std::vector<char>(64 * 1024);
+    std::vector<char> relay_buffer = std::vector<char>(256 * 1024);
     net::io_context ioc{1};
     /// Keeps run() going when the acceptor closes and no connection is left, so that
     /// shutdown can still post work here; released by ioc.stop() at the very end.

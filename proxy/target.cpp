@@ -112,11 +112,14 @@ target_result parse_absolute_uri(std::string_view text) {
         r.error = "the request target is too long or has control characters";
         return r;
     }
+    // Origin-form first: its query may itself hold a "://" ("/login?next=http://...").
+    if (text.starts_with('/')) {
+        r.error = "this is a proxy: send absolute-form requests (GET http://host/path)";
+        return r;
+    }
     const auto scheme_end = text.find("://");
     if (scheme_end == std::string_view::npos) {
-        r.error = text.starts_with('/')
-                      ? "this is a proxy: send absolute-form requests (GET http://host/path)"
-                      : "the request target must be an absolute http:// URL";
+        r.error = "the request target must be an absolute http:// URL";
         return r;
     }
     std::string scheme(text.substr(0, scheme_end));

@@ -27,6 +27,7 @@ import http.server
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -813,8 +814,12 @@ class Cordon:
     """One `cordon serve` in its own temp dir. `jobs_yaml` is the text of the `jobs:` mapping
     (indented by two spaces, without the `jobs:` line); `proxy_opts` the `proxy:` section."""
 
-    def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None):
+    def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None, fsize_limit=None):
         self.bin = binary or CORDON_BIN
+        # With fsize_limit, cordon runs under RLIMIT_FSIZE (SIGXFSZ ignored): once a file it
+        # writes reaches that size, further writes fail with EFBIG. That breaks the audit
+        # log under a running daemon without mounts or root tricks.
+        self.fsize_limit = fsize_limit
         self.tmp = TempDir("cordon-it-serve-")
         self.dns_port = dns_port
         self.proxy_opts = dict(proxy_opts or {})
@@ -870,9 +875,17 @@ class Cordon:
             raise CordonError(f"cordon binary not found at {self.bin} (set CORDON_BIN)")
         self.stdout = open(self.tmp.join("stdout.log"), "wb")
         self.stderr = open(self.tmp.join("stderr.log"), "wb")
+        preexec = None
+        if self.fsize_limit is not None:
+            limit = int(self.fsize_limit)
+
+            def preexec():
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
         self.proc = subprocess.Popen(
             [self.bin, "serve", "--config", self.config_path, "--ready-file", self.ready_path],
-            stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stderr)
+            stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stderr,
+            preexec_fn=preexec)
         deadline = time.monotonic() + timeout
         ready = None
         while time.monotonic() < deadline:

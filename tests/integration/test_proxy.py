@@ -768,7 +768,10 @@ class HTTPForwardTests(CordonTestCase):
         c.send(http_req("POST", f"http://localhost:{HTTP.port}{m}", auth=self.auth,
                         headers=[("Content-Length", str(len(body))),
                                  ("Expect", "100-continue")]))
-        r = c.read_response(timeout=3)
+        try:
+            r = c.read_response(timeout=3)
+        except socket.timeout:
+            self.fail("no interim 100 Continue within 3s of a request with Expect: 100-continue")
         self.assertEqual(r.status, 100, r)
         c.send(body)
         r = c.read_response(timeout=5)
@@ -1210,15 +1213,16 @@ class LimitsTests(CordonTestCase):
         self.assertClosed(c)
         self.echo(t1, b"one")
         self.echo(t2, b"two")
-        # A freed slot can be used again.
+        ev = self.session_events("conn.deny", reason="limit")
+        self.assertEqual(len(ev), 1, ev)
+        # A freed slot can be used again (retried: cordon notices the close asynchronously,
+        # so the first retries may still be refused).
         t1.close()
 
         def retry():
             c, r = self.tunnel(f"raw.test:{ECHO.port}")
             return r.status == 200
         self.assertTrue(H.wait_until(retry, 3, 0.1), "slot not freed after a tunnel closed")
-        ev = self.session_events("conn.deny", reason="limit")
-        self.assertEqual(len(ev), 1, ev)
 
     def send_until_closed(self, c, total, piece=4 * KiB):
         sent = 0
@@ -1511,11 +1515,65 @@ class ShutdownTests(CordonTestCase):
         self.assertEqual(len(closes), 3, closes)
         self.assertEqual(sorted(e["bytes_up"] for e in closes), [2, 2, 2])
 
-    @unittest.skip("fail-closed on an unwritable audit log: no clean way to break the log "
-                   "under a running cordon as root without mounting (a full tmpfs) or "
-                   "fault injection; needs a test hook in the daemon")
     def test_audit_unwritable_fails_closed(self):
-        pass
+        # The audit log is broken under a running cordon by RLIMIT_FSIZE (see harness): once
+        # the day's file reaches 32 KiB every write fails with EFBIG. Denied requests fill it.
+        # AMBIGUITY: the contract says only "fails closed"; required here: /v1/status shows
+        # audit.healthy false, and allowed requests are refused (403 or 503, never relayed).
+        cordon = H.Cordon(jobs_yaml(), DNS.port, self.proxy_opts, fsize_limit=32 * KiB)
+        self.addCleanup(cordon.cleanup)
+        cordon.start()
+        s = cordon.create_session("web")
+        auth = H.basic(s["id"], s["token"])
+        c = cordon.conn()
+        self._conns.append(c)
+        c.send(H.connect_request(f"raw.test:{ECHO.port}", auth))
+        self.assertEqual(c.read_response(method="CONNECT").status, 200, "works before")
+        c.close()
+        deadline = time.monotonic() + 20
+        healthy = True
+        for i in range(600):
+            if time.monotonic() > deadline:
+                break
+            d = cordon.conn(5)
+            try:
+                d.send(H.connect_request("denied.test:443", auth))
+                d.read_response(5, method="CONNECT")
+            except (OSError, EOFError, ValueError):
+                pass
+            finally:
+                d.close()
+            if i % 10 == 9:
+                healthy = cordon.status()["audit"]["healthy"]
+                if not healthy:
+                    break
+        if healthy:  # the log is written by a background thread: give it time to fail
+            healthy = not H.wait_until(lambda: not cordon.status()["audit"]["healthy"], 5, 0.1)
+        self.assertFalse(healthy, "audit still healthy after the log file hit RLIMIT_FSIZE")
+        n_echo, n_http = ECHO.snapshot(), HTTP.snapshot()
+        for attempt in range(3):
+            with self.subTest(attempt=attempt):
+                c = cordon.conn()
+                self._conns.append(c)
+                c.send(H.connect_request(f"raw.test:{ECHO.port}", auth))
+                try:
+                    r = c.read_response(method="CONNECT")
+                    self.assertIn(r.status, (403, 503), f"allowed CONNECT with a broken audit "
+                                                        f"log: {r}")
+                except (EOFError, ConnectionResetError):
+                    pass  # closed without an answer: also closed
+                c = cordon.conn()
+                self._conns.append(c)
+                c.send(http_req("GET", f"http://localhost:{HTTP.port}/failclosed", auth=auth))
+                try:
+                    r = c.read_response()
+                    self.assertIn(r.status, (403, 503), r)
+                except (EOFError, ConnectionResetError):
+                    pass
+        time.sleep(0.2)
+        self.assertEqual(ECHO.snapshot(), n_echo, "relayed to the origin with no audit log")
+        self.assertEqual(HTTP.snapshot(), n_http, "forwarded to the origin with no audit log")
+        cordon.stop()
 
 
 if __name__ == "__main__":
