@@ -1,5 +1,6 @@
 #include "config/load.hpp"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <set>
@@ -144,7 +146,7 @@ public:
         // Jobs first: later sections refer to job names.
         if (const auto* n = find(keys, "jobs")) {
             load_jobs(*n, p);
-        } else {
+        } else if (!root["jobs"].IsDefined()) {
             error(root, "", "missing key 'jobs' (write `jobs: {}` for a policy that allows "
                             "nothing)");
         }
@@ -156,7 +158,8 @@ public:
         if (const auto* n = find(keys, "admin")) {
             load_admin(*n, p.admin);
         }
-        if (p.listen.admin && !p.admin.token_file) {
+        if (p.listen.admin && !p.admin.token_file &&
+            (find(keys, "admin") == nullptr || !(*find(keys, "admin"))["token_file"])) {
             const YAML::Node* at = find(keys, "admin");
             error(at != nullptr ? at->Mark() : root.Mark(), "admin",
                   "missing 'token_file': the admin API is never open without a token");
@@ -1047,6 +1050,14 @@ load_result load_policy(std::string_view text, std::string_view file) {
             second_document = parser.HandleNextDocument(sink) && parser.HandleNextDocument(sink);
             second_at = sink.document_start;
         }
+    } catch (const YAML::DeepRecursion& e) {
+        diagnostic d = whole_file(file, "not valid YAML: nested too deeply");
+        if (!e.mark.is_null()) {
+            d.line = e.mark.line + 1;
+            d.column = e.mark.column + 1;
+        }
+        result.errors.push_back(std::move(d));
+        return result;
     } catch (const YAML::Exception& e) {
         diagnostic d = whole_file(file, "not valid YAML: " + e.msg);
         if (!e.mark.is_null()) {
@@ -1086,6 +1097,12 @@ load_result load_policy(std::string_view text, std::string_view file) {
 }
 
 load_result load_policy_file(const std::string& path) {
+    std::error_code fs_error;
+    if (std::filesystem::is_directory(path, fs_error)) {
+        load_result r;
+        r.errors.push_back(whole_file(path, "is a directory, not a policy file"));
+        return r;
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         load_result r;

@@ -730,8 +730,6 @@ TEST_CASE("load: values of the wrong type", "[load]") {
 TEST_CASE("load: missing required keys", "[load]") {
     check_cases({
         {"jobs", std::string(listen_line), 1, 1, "", "missing key 'jobs'"},
-        {"jobs written as null", std::string(listen_line) + "jobs:\n", 1, 1, "",
-         "missing key 'jobs' (write `jobs: {}`"},
         {"listen", "jobs: {}\n", 1, 1, "", "missing key 'listen'"},
         {"listen written as null", "listen: ~\njobs: {}\n", 1, 1, "", "missing key 'listen'"},
         {"listen.proxy", "listen: { dns: 127.0.0.1:53 }\njobs: {}\n", 1, 9, "listen",
@@ -1569,7 +1567,7 @@ TEST_CASE("load: load_policy_file", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK(r.errors[0].file == path);
         CHECK(r.errors[0].line == 0);
-        CHECK_FALSE(r.errors[0].message.empty());
+        CHECK(r.errors[0].message == "is a directory, not a policy file");
     }
     SECTION("a file over 16 MiB is refused") {
         const temp_file f(std::string(max_policy_bytes + 1, '#'));
@@ -1632,4 +1630,25 @@ TEST_CASE("load: diagnostic::to_string", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK_THAT(r.errors[0].to_string(), StartsWith("x.yaml:1:1: not valid YAML: "));
     }
+}
+
+TEST_CASE("load: `jobs:` written empty is a policy with no job cards", "[load]") {
+    const load_result r = load_policy("listen: { proxy: 127.0.0.1:3128 }\njobs:\n", "t.yaml");
+    REQUIRE(r.ok());
+    CHECK(r.value->jobs.empty());
+}
+
+TEST_CASE("load: a relative admin.token_file is reported once", "[load]") {
+    const load_result r = load_policy(
+        "listen: { proxy: 127.0.0.1:3128, admin: 127.0.0.1:9090 }\n"
+        "admin: { token_file: rel }\njobs: {}\n",
+        "t.yaml");
+    REQUIRE(r.errors.size() == 1);
+    CHECK_THAT(r.errors[0].message, Catch::Contains("'rel' is not an absolute path"));
+}
+
+TEST_CASE("load: nesting too deep is named as such", "[load]") {
+    const load_result r = load_policy(std::string(10000, '['), "t.yaml");
+    REQUIRE(r.errors.size() == 1);
+    CHECK_THAT(r.errors[0].message, Catch::Contains("nested too deeply"));
 }
