@@ -97,14 +97,14 @@ bool read_ttl(const json::object& body, const config::job& j, std::chrono::milli
     if (v == nullptr || v->is_null()) {
         return true;
     }
+    // A string with its unit, as in the policy: a bare number would leave the unit a guess.
     std::optional<std::chrono::milliseconds> d;
     if (v->is_string()) {
         d = config::parse_duration(std::string_view(v->as_string()));
-    } else if (v->is_int64() && v->as_int64() > 0 && v->as_int64() < 86400 * 366) {
-        d = std::chrono::seconds(v->as_int64());
     }
     if (!d) {
-        err = error(http::status::bad_request, "ttl must be a duration such as \"10m\"");
+        err = error(http::status::bad_request,
+                    "ttl must be a duration string such as \"10m\" or \"1h\"");
         return false;
     }
     if (*d < std::chrono::minutes(1) || *d > j.identity.ttl) {

@@ -702,7 +702,26 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     }
     log_open(st);
 
-    // Phase: forward the request, head then body, streaming.
+    // Phase: forward the request, head then body, streaming. A client that asked to be told
+    // before sending its body (Expect: 100-continue) is told now: the request is allowed
+    // and the upstream is connected, so cordon takes the body and the upstream never sees
+    // the expectation.
+    if (const auto e = req.find(http::field::expect); e != req.end()) {
+        if (!beast::iequals(e->value(), "100-continue")) {
+            co_await error_reply(417, st.target_text, "only Expect: 100-continue is supported");
+            co_return false;
+        }
+        req.erase(http::field::expect);
+        if (!parser.is_done()) {
+            static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+            auto [cec2, cn] = co_await net::async_write(client_.socket(), net::buffer(cont),
+                                                        use_nothrow);
+            (void)cn;
+            if (cec2) {
+                co_return false;
+            }
+        }
+    }
     const bool upgrade = wants_upgrade(req.base());
     const bool client_keep_alive = req.keep_alive();
     strip_hop_by_hop(req.base(), upgrade);

@@ -42,6 +42,7 @@ std::string_view status_text(int status) {
         case 407: return "Proxy Authentication Required";
         case 409: return "Conflict";
         case 413: return "Content Too Large";
+        case 417: return "Expectation Failed";
         case 431: return "Request Header Fields Too Large";
         case 500: return "Internal Server Error";
         case 502: return "Bad Gateway";

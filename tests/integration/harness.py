@@ -403,6 +403,7 @@ class TLSOrigin:
             threading.Thread(target=self._serve, args=(c, rec), daemon=True).start()
 
     def _serve(self, c, rec):
+        s = None
         try:
             c.settimeout(15)
             try:
@@ -443,10 +444,12 @@ class TLSOrigin:
         except Exception as e:  # recorded, never raised into the test thread
             rec["error"] = repr(e)
         finally:
-            try:
-                c.close()
-            except OSError:
-                pass
+            for sock in (s, c):
+                try:
+                    if sock is not None:
+                        sock.close()
+                except OSError:
+                    pass
 
     def snapshot(self):
         with self.lock:

@@ -527,6 +527,7 @@ class ConnectTests(CordonTestCase):
         c = self.open_tunnel(f"a.test:{TLS.port}")
         self.assertEqual(c.buf, b"")
         s = H.client_ssl_context().wrap_socket(c.sock, server_hostname="a.test")
+        self.addCleanup(s.close)
         s.sendall(b"GET /py HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
         data = b""
         for _ in range(100):
@@ -771,6 +772,8 @@ class HTTPForwardTests(CordonTestCase):
         try:
             r = c.read_response(timeout=3)
         except socket.timeout:
+            r = None
+        if r is None:
             self.fail("no interim 100 Continue within 3s of a request with Expect: 100-continue")
         self.assertEqual(r.status, 100, r)
         c.send(body)
