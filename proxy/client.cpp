@@ -785,16 +785,43 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     }
 
     // Phase: forward the response, head then body, streaming.
-    http::response_parser<http::buffer_body> rp;
-    rp.header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
-    rp.body_limit(boost::none);
-    if (method == "HEAD") {
-        rp.skip(true);
+    std::optional<http::response_parser<http::buffer_body>> rp_holder;
+    error_code rhec;
+    // Interim 1xx answers (but 101) go to the client as they come; then the final one.
+    for (int interim = 0;; ++interim) {
+        rp_holder.emplace();
+        rp_holder->header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
+        rp_holder->body_limit(boost::none);
+        if (method == "HEAD") {
+            rp_holder->skip(true);
+        }
+        upstream_.expires_after(ps.idle_timeout);
+        auto [ec, n] = co_await http::async_read_header(upstream_, upstream_buffer_,
+                                                        *rp_holder, use_nothrow);
+        (void)n;
+        rhec = ec;
+        const unsigned code = rp_holder->get().result_int();
+        if (rhec || code < 100 || code >= 200 || code == 101) {
+            break;
+        }
+        if (interim >= 8) {
+            rhec = http::error::bad_status;  // an upstream that never gives a final answer
+            break;
+        }
+        http::response<http::empty_body> head{rp_holder->get().result(), 11};
+        for (const auto& f : rp_holder->get().base()) {
+            head.base().insert(f.name_string(), f.value());
+        }
+        strip_hop_by_hop(head.base(), false);
+        client_.expires_after(ps.idle_timeout);
+        auto [wec, wn] = co_await http::async_write(client_, head, use_nothrow);
+        st.bytes_down += wn;
+        if (wec) {
+            rhec = wec;
+            break;
+        }
     }
-    upstream_.expires_after(ps.idle_timeout);
-    auto [rhec, rhn] = co_await http::async_read_header(upstream_, upstream_buffer_, rp,
-                                                        use_nothrow);
-    (void)rhn;
+    auto& rp = *rp_holder;
     if (rhec) {
         if (closed_by_.empty()) {
             const bool timeout = rhec == beast::error::timeout;

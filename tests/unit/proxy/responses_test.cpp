@@ -118,6 +118,7 @@ TEST_CASE("responses: status_text names every status cordon sends", "[responses]
         {407, "Proxy Authentication Required"},
         {409, "Conflict"},
         {413, "Content Too Large"},
+        {417, "Expectation Failed"},
         {431, "Request Header Fields Too Large"},
         {500, "Internal Server Error"},
         {502, "Bad Gateway"},
