@@ -93,6 +93,64 @@ bool wants_upgrade(const http::fields& f) {
     return false;
 }
 
+enum class body_end { done, read_error, write_error, refused };
+
+struct body_result {
+    body_end end = body_end::done;
+    std::uint64_t written = 0;  ///< bytes written to `to`, framing included
+};
+
+// Streams the body of a message whose head `sr` has already written: 16 KiB read through
+// the parser (which undoes chunking and enforces framing), written through the serializer
+// (which redoes it), until both are done (Beast's relay pattern). Memory stays flat
+// whatever the size. `accept_chunk`, when set, may refuse a chunk before it is written.
+template <bool isRequest>
+awaitable<body_result> stream_body(beast::tcp_stream& from, beast::flat_buffer& from_buffer,
+                                   http::parser<isRequest, http::buffer_body>& p,
+                                   beast::tcp_stream& to,
+                                   http::serializer<isRequest, http::buffer_body>& sr,
+                                   std::chrono::milliseconds idle,
+                                   const std::function<bool(std::size_t)>& accept_chunk) {
+    body_result r;
+    char chunk[16 * 1024];
+    auto& body = p.get().body();
+    while (!sr.is_done()) {
+        if (!p.is_done()) {
+            body.data = chunk;
+            body.size = sizeof chunk;
+            from.expires_after(idle);
+            auto [rec, rn] = co_await http::async_read(from, from_buffer, p, use_nothrow);
+            (void)rn;
+            if (rec && rec != http::error::need_buffer) {
+                r.end = body_end::read_error;
+                break;
+            }
+            const std::size_t got = sizeof chunk - body.size;
+            if (accept_chunk && !accept_chunk(got)) {
+                r.end = body_end::refused;
+                break;
+            }
+            body.size = got;
+            body.data = chunk;
+            body.more = !p.is_done();
+        } else {
+            body.data = nullptr;
+            body.size = 0;
+            body.more = false;
+        }
+        to.expires_after(idle);
+        auto [wec, wn] = co_await http::async_write(to, sr, use_nothrow);
+        r.written += wn;
+        if (wec && wec != http::error::need_buffer) {
+            r.end = body_end::write_error;
+            break;
+        }
+    }
+    from.expires_never();
+    to.expires_never();
+    co_return r;
+}
+
 // The state of one client connection, visible to kills, revocations and reloads.
 class client_conn final : public live_connection {
 public:
@@ -731,49 +789,30 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     std::string reason = "eof";
     bool keep = false;
     {
-        char chunk[16 * 1024];
         http::serializer<true, http::buffer_body> sr{req};
         upstream_.expires_after(ps.idle_timeout);
         auto [hec, hn] = co_await http::async_write_header(upstream_, sr, use_nothrow);
         st.bytes_up += hn;
         bool failed = static_cast<bool>(hec);
-        while (!failed && !sr.is_done()) {
-            if (!parser.is_done()) {
-                req.body().data = chunk;
-                req.body().size = sizeof chunk;
-                client_.expires_after(ps.idle_timeout);
-                auto [rec, rn] = co_await http::async_read(client_, buffer, parser, use_nothrow);
-                (void)rn;
-                if (rec && rec != http::error::need_buffer) {
-                    reason = !closed_by_.empty() ? closed_by_
-                                                             : "client_error";
-                    failed = true;
-                    break;
-                }
-                const std::size_t got = sizeof chunk - req.body().size;
+        if (!failed) {
+            // The upload budget is checked per chunk, before the chunk goes upstream.
+            const std::function<bool(std::size_t)> within_budget = [&](std::size_t got) {
                 if (auto left = budget_left(j); left && got > *left) {
-                    reason = "budget";
-                    failed = true;
-                    break;
+                    return false;
                 }
                 if (usage_) {
                     usage_->bytes_up += got;
                 }
-                req.body().size = got;
-                req.body().data = chunk;
-                req.body().more = !parser.is_done();
-            } else {
-                req.body().data = nullptr;
-                req.body().size = 0;
-                req.body().more = false;
-            }
-            upstream_.expires_after(ps.idle_timeout);
-            auto [wec, wn] = co_await http::async_write(upstream_, sr, use_nothrow);
-            st.bytes_up += wn;
-            if (wec && wec != http::error::need_buffer) {
-                reason = "upstream_error";
-                failed = true;
-            }
+                return true;
+            };
+            const body_result b = co_await stream_body(client_, buffer, parser, upstream_, sr,
+                                                       ps.idle_timeout, within_budget);
+            st.bytes_up += b.written;
+            failed = b.end != body_end::done;
+            reason = b.end == body_end::refused      ? "budget"
+                     : b.end == body_end::write_error ? "upstream_error"
+                     : !closed_by_.empty()            ? closed_by_
+                                                      : "client_error";
         }
         if (failed) {
             if (closed_by_.empty() && reason == "upstream_error") {
@@ -808,7 +847,10 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
             rhec = http::error::bad_status;  // an upstream that never gives a final answer
             break;
         }
-        http::response<http::empty_body> head{rp_holder->get().result(), 11};
+        http::response<http::empty_body> head;
+        head.version(11);
+        head.result(code);  // the number as sent: Beast's enum does not know every 1xx
+        head.reason(rp_holder->get().reason());
         for (const auto& f : rp_holder->get().base()) {
             head.base().insert(f.name_string(), f.value());
         }
@@ -839,41 +881,20 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     strip_hop_by_hop(res.base(), switching);
     res.keep_alive(keep);
     {
-        char chunk[16 * 1024];
         http::serializer<false, http::buffer_body> sr{res};
         client_.expires_after(ps.idle_timeout);
         auto [hec, hn] = co_await http::async_write_header(client_, sr, use_nothrow);
         st.bytes_down += hn;
         bool failed = static_cast<bool>(hec);
-        while (!failed && !switching && !sr.is_done()) {
-            if (!rp.is_done()) {
-                res.body().data = chunk;
-                res.body().size = sizeof chunk;
-                upstream_.expires_after(ps.idle_timeout);
-                auto [rec, rn] = co_await http::async_read(upstream_, upstream_buffer_, rp,
-                                                           use_nothrow);
-                (void)rn;
-                if (rec && rec != http::error::need_buffer) {
-                    failed = true;
-                    reason = !closed_by_.empty() ? closed_by_
-                                                             : "upstream_error";
-                    break;
-                }
-                res.body().size = sizeof chunk - res.body().size;
-                res.body().data = chunk;
-                res.body().more = !rp.is_done();
-            } else {
-                res.body().data = nullptr;
-                res.body().size = 0;
-                res.body().more = false;
-            }
-            client_.expires_after(ps.idle_timeout);
-            auto [wec, wn] = co_await http::async_write(client_, sr, use_nothrow);
-            st.bytes_down += wn;
-            if (wec && wec != http::error::need_buffer) {
-                failed = true;
-                reason = "client_error";
-            }
+        if (!failed && !switching) {
+            const std::function<bool(std::size_t)> any = {};
+            const body_result b = co_await stream_body(upstream_, upstream_buffer_, rp, client_,
+                                                       sr, ps.idle_timeout, any);
+            st.bytes_down += b.written;
+            failed = b.end != body_end::done;
+            reason = b.end == body_end::write_error ? "client_error"
+                     : !closed_by_.empty()           ? closed_by_
+                                                     : "upstream_error";
         }
         client_.expires_never();
         upstream_.expires_never();

@@ -244,6 +244,14 @@ class _OriginHandler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(block[:k])
                 left -= k
             return
+        if url.path == "/early-hints":
+            # Two interim answers before the final one (RFC 8297 103 Early Hints).
+            for _ in range(2):
+                self.wfile.write(b"HTTP/1.1 103 Early Hints\r\n"
+                                 b"Link: </style.css>; rel=preload\r\n\r\n")
+            self.wfile.flush()
+            self._send(200, b"final\n", "text/plain")
+            return
         if url.path == "/chunked":
             parts = int(q.get("parts", ["5"])[0])
             size = int(q.get("size", ["1000"])[0])

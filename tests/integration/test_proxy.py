@@ -792,6 +792,22 @@ class HTTPForwardTests(CordonTestCase):
         expect = b"".join(bytes([65 + i]) * 3001 for i in range(7))
         self.assertEqual(r.body, expect)
 
+    def test_interim_1xx_relayed_before_final(self):
+        c = self.conn()
+        c.send(http_req("GET", f"http://localhost:{HTTP.port}/early-hints", auth=self.auth))
+        raw = b""
+        deadline = time.monotonic() + 10
+        while b"final\n" not in raw and time.monotonic() < deadline:
+            chunk = c.sock.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+        # Both 103s pass through, then the 200 with its body; none is taken as final.
+        self.assertEqual(raw.count(b"HTTP/1.1 103 Early Hints\r\n"), 2, raw)
+        self.assertIn(b"Link: </style.css>; rel=preload", raw)
+        self.assertLess(raw.index(b"103 Early Hints"), raw.index(b"HTTP/1.1 200"), raw)
+        self.assertTrue(raw.endswith(b"final\n"), raw)
+
     def test_method_not_allowed_403(self):
         m = marker("delete")
         c, r = self.request(http_req("DELETE", f"http://localhost:{HTTP.port}{m}",
