@@ -162,6 +162,19 @@ int run_daemon(const daemon_options& opts) {
         return 1;
     }
     const config::policy& pol = *loaded.value;
+    if (pol.admin.tls) {
+        // Fail closed: never serve the admin API in plain text to someone who asked for TLS.
+        std::cerr << "cordon: refusing to start: admin.tls is not supported by this version; "
+                     "remove it and put the admin listener on a management-only address, or "
+                     "terminate TLS in front of it\n";
+        return 1;
+    }
+    for (const auto& j : pol.jobs) {
+        if (j.mode == config::job_mode::report) {
+            std::cerr << "cordon: job " << j.name
+                      << ": mode report is not implemented yet; its rules are enforced\n";
+        }
+    }
     audit_options aopts;
     aopts.dir = pol.audit.path;
     aopts.retention_days = pol.audit.retention_days;
