@@ -15,12 +15,15 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 4> verbs{{
+constexpr std::array<verb, 7> verbs{{
     {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
     {"session", "create, list or end sessions (admin API)", cordon::cli::session},
     {"status", "listeners, policy, audit health, sessions (admin API)", cordon::cli::status},
+    {"kill", "network kill (--all) or session kill, with --reason", cordon::cli::kill},
+    {"revive", "lift a network kill, with --reason", cordon::cli::revive},
+    {"token", "token revoke SESSION [TOKEN]: credential kill", cordon::cli::token},
 }};
 
 void print_usage(std::ostream& out) {

@@ -188,6 +188,13 @@ int status(args in) {
               << " jobs, " << str(pol.at("rules")) << " rules)\n"
               << "audit        " << (aud.at("healthy").as_bool() ? "healthy" : "UNWRITABLE")
               << ", " << str(aud.at("path")) << '\n'
+              << "kill switch  "
+              << (o.at("kill").as_object().at("engaged").as_bool()
+                      ? "ENGAGED: " + str(o.at("kill").as_object().at("reason")) + " (by " +
+                            str(o.at("kill").as_object().at("by")) + ", " +
+                            str(o.at("kill").as_object().at("at")) + ")"
+                      : std::string("off"))
+              << '\n'
               << "sessions     " << str(o.at("sessions_active")) << " active\n"
               << "connections  " << str(o.at("connections")) << " open\n";
     return 0;

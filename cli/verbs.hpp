@@ -14,6 +14,9 @@ int check_config(args a);
 int serve(args a);
 int session(args a);
 int status(args a);
+int kill(args a);
+int revive(args a);
+int token(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

@@ -18,9 +18,36 @@ using request = http::request<http::string_body>;
 constexpr std::size_t max_admin_body = 64 * 1024;  // admin requests are small JSON objects
 
 struct reply {
+    reply() = default;
+    reply(http::status s, json::value b) : status(s), body(std::move(b)) {}
     http::status status = http::status::ok;
     json::value body;
+    std::string text;  ///< when set, sent as text/plain (the Prometheus exposition) instead
 };
+
+reply error(http::status s, std::string message);
+
+// {reason, by} of a kill call: reason is required; by defaults to the caller's address.
+bool kill_args(const json::object& body, const std::string& client, std::string& reason,
+               std::string& by, reply& err) {
+    const auto* r = body.if_contains("reason");
+    if (r == nullptr || !r->is_string() || r->as_string().empty() || r->as_string().size() > 1024) {
+        err = error(http::status::bad_request, "\"reason\" (why, 1-1024 characters) is required");
+        return false;
+    }
+    reason = std::string(r->as_string());
+    const auto* b = body.if_contains("by");
+    if (b != nullptr && !b->is_null()) {
+        if (!b->is_string() || b->as_string().empty() || b->as_string().size() > 256) {
+            err = error(http::status::bad_request, "\"by\" must be a name of 1-256 characters");
+            return false;
+        }
+        by = std::string(b->as_string());
+    } else {
+        by = "admin:" + client;
+    }
+    return true;
+}
 
 reply error(http::status s, std::string message) {
     return {s, json::object{{"error", std::move(message)}}};
@@ -127,6 +154,106 @@ std::string proxy_url(const runtime& rt, const minted& m) {
     return "http://" + m.session_id + ":" + m.token + "@" + ep.to_string();
 }
 
+// Bearer token check, constant time.
+bool bearer_ok(const request& req, const std::string& token) {
+    const auto it = req.find(http::field::authorization);
+    if (it == req.end()) {
+        return false;
+    }
+    const std::string_view v(it->value().data(), it->value().size());
+    constexpr std::string_view bearer = "Bearer ";
+    if (v.size() <= bearer.size() || !beast::iequals(v.substr(0, bearer.size()), bearer)) {
+        return false;
+    }
+    return equal_constant_time(v.substr(bearer.size()), token);
+}
+
+std::string query_param(std::string_view target, std::string_view name) {
+    const auto q = target.find('?');
+    if (q == std::string_view::npos) {
+        return {};
+    }
+    std::string_view rest = target.substr(q + 1);
+    while (!rest.empty()) {
+        const auto amp = rest.find('&');
+        const std::string_view pair = rest.substr(0, amp);
+        if (pair.size() > name.size() && pair.substr(0, name.size()) == name &&
+            pair[name.size()] == '=') {
+            return std::string(pair.substr(name.size() + 1));
+        }
+        if (amp == std::string_view::npos) {
+            break;
+        }
+        rest.remove_prefix(amp + 1);
+    }
+    return {};
+}
+
+std::string sse(const event& e) {
+    return "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.json + "\n\n";
+}
+
+// GET /v1/events[?session=ID]: Server-Sent Events until the client goes away. Resumes after
+// Last-Event-ID (or ?after=N): from memory, or from the state store for older ids.
+awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const request& req) {
+    const std::string session = query_param(req.target(), "session");
+    std::uint64_t after = rt.events->last_id();
+    std::string resume;
+    if (const auto h = req.find("Last-Event-ID"); h != req.end()) {
+        resume = std::string(h->value());
+    } else {
+        resume = query_param(req.target(), "after");
+    }
+    if (!resume.empty()) {
+        try {
+            after = std::stoull(resume);
+        } catch (const std::exception&) {
+            after = 0;
+        }
+    }
+    static constexpr std::string_view head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+        "X-Accel-Buffering: no\r\nConnection: close\r\n\r\n: cordon events\n\n";
+    stream.expires_never();
+    auto [hec, hn] = co_await net::async_write(stream.socket(), net::buffer(head), use_nothrow);
+    (void)hn;
+    if (hec) {
+        co_return;
+    }
+    for (;;) {
+        bool complete = true;
+        std::vector<event> batch = rt.events->since(after, session, complete);
+        if (!complete && rt.store) {
+            std::vector<event> older;
+            for (const auto& s : rt.store->events_after(after, session, 10000)) {
+                if (!batch.empty() && s.id >= batch.front().id) {
+                    break;
+                }
+                older.push_back(event{s.id, s.type, s.session, s.json});
+            }
+            batch.insert(batch.begin(), older.begin(), older.end());
+        }
+        std::string out;
+        for (const auto& e : batch) {
+            out += sse(e);
+            after = std::max(after, e.id);
+        }
+        after = std::max(after, rt.events->last_id());
+        if (out.empty()) {
+            co_await rt.events->wait(after, std::chrono::seconds(15));
+            if (rt.events->last_id() > after) {
+                continue;
+            }
+            out = ": keepalive\n\n";  // also finds out when the client has gone
+        }
+        auto [wec, wn] = co_await net::async_write(stream.socket(), net::buffer(out), use_nothrow);
+        (void)wn;
+        if (wec) {
+            co_return;
+        }
+    }
+}
+
 class admin_router {
 public:
     admin_router(runtime& rt, const std::string& token, std::string client)
@@ -141,6 +268,17 @@ public:
         if (!authorized(req)) {
             co_return error(http::status::unauthorized,
                             "missing or wrong admin token (Authorization: Bearer ...)");
+        }
+        if (seg.size() == 1 && seg[0] == "metrics" && verb == http::verb::get) {
+            reply r;
+            r.text = rt_.stats.render();
+            co_return r;
+        }
+        if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "kill" && verb == http::verb::post) {
+            co_return co_await kill_network(req);
+        }
+        if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "revive" && verb == http::verb::post) {
+            co_return revive(req);
         }
         if (seg.empty() || seg[0] != "v1") {
             co_return error(http::status::not_found, "no such endpoint");
@@ -163,18 +301,7 @@ public:
     }
 
 private:
-    bool authorized(const request& req) const {
-        const auto it = req.find(http::field::authorization);
-        if (it == req.end()) {
-            return false;
-        }
-        const std::string_view v(it->value().data(), it->value().size());
-        constexpr std::string_view bearer = "Bearer ";
-        if (v.size() <= bearer.size() || !beast::iequals(v.substr(0, bearer.size()), bearer)) {
-            return false;
-        }
-        return equal_constant_time(v.substr(bearer.size()), token_);
-    }
+    bool authorized(const request& req) const { return bearer_ok(req, token_); }
 
     reply status() {
         const auto p = rt_.policy();
@@ -197,6 +324,18 @@ private:
                                      {"failed", rt_.reloads_failed.load()}}},
             {"listen", std::move(listen)},
         };
+        json::object kill{{"engaged", rt_.network_killed.load()}};
+        if (!rt_.kill_info.reason.empty()) {
+            kill["reason"] = rt_.kill_info.reason;
+            kill["by"] = rt_.kill_info.by;
+            kill["at"] = iso(rt_.kill_info.at);
+        }
+        o["kill"] = std::move(kill);
+        o["state"] = json::object{{"path", p->source().state.path},
+                                  {"healthy", rt_.store != nullptr}};
+        if (!rt_.store) {
+            o["state"].as_object()["error"] = rt_.store_error;
+        }
         if (!rt_.audit_healthy()) {
             o["warning"] = "audit log unwritable: new connections are denied";
         }
@@ -231,6 +370,9 @@ private:
                 co_return co_await end_session(id);
             }
             co_return error(http::status::method_not_allowed, "use GET or DELETE");
+        }
+        if (seg.size() == 4 && seg[3] == "kill" && verb == http::verb::post) {
+            co_return co_await kill_session(req, id);
         }
         if (seg[3] != "tokens") {
             co_return error(http::status::not_found, "no such endpoint");
@@ -271,6 +413,7 @@ private:
         } catch (const std::exception& e) {
             return error(http::status::service_unavailable, e.what());
         }
+        rt_.persist_session(m.session_id);
         rt_.audit(std::move(rt_.record("session.create")
                                 .add("session", m.session_id)
                                 .add("job", job_name)
@@ -304,6 +447,7 @@ private:
             return error(http::status::conflict,
                          "session " + id + " is not active or has too many tokens");
         }
+        rt_.persist_session(id);
         audit_mint(*m, s->job);
         return {http::status::created, minted_json(*m, false)};
     }
@@ -314,6 +458,7 @@ private:
             co_return error(http::status::not_found, "no session " + id);
         }
         rt_.sessions.end(id, "ended by admin:" + client_);
+        rt_.persist_session(id);
         const std::function<bool(const live_connection&)> of_session =
             [&id](const live_connection& c) { return c.session == id; };
         const std::string why = "session_ended";
@@ -333,6 +478,10 @@ private:
                                 .add("job", before->job)
                                 .add("by", "admin:" + client_)
                                 .add("connections_closed", static_cast<std::uint64_t>(closed))));
+        rt_.events->publish("session.end", id,
+                            json::serialize(json::object{{"session", id},
+                                                         {"job", before->job},
+                                                         {"by", "admin:" + client_}}));
         rt_.forget_usage(id);
         co_return reply{http::status::ok,
                         json::object{{"id", id}, {"connections_closed", closed}}};
@@ -345,6 +494,7 @@ private:
         if (r == revoke_result::unknown) {
             co_return error(http::status::not_found, "no token " + token_id + " in session " + id);
         }
+        rt_.persist_session(id);
         const std::function<bool(const live_connection&)> of_token =
             [&](const live_connection& c) { return c.session == id && c.token_id == token_id; };
         const std::string why = "token_revoked";
@@ -358,12 +508,80 @@ private:
                                 .add("token_id", token_id)
                                 .add("by", "admin:" + client_)
                                 .add("connections_closed", static_cast<std::uint64_t>(closed))));
+        rt_.stats.count_kill(kill_scope::credential, ms / 1000);
+        rt_.events->publish("token.revoke", id,
+                            json::serialize(json::object{{"session", id},
+                                                         {"token_id", token_id},
+                                                         {"by", "admin:" + client_}}));
         co_return reply{http::status::ok,
                         json::object{{"session", id},
                                      {"token_id", token_id},
                                      {"already_revoked", r == revoke_result::already_revoked},
                                      {"connections_closed", closed},
                                      {"elapsed_ms", ms}}};
+    }
+
+    awaitable<reply> kill_network(const request& req) {
+        json::object body;
+        reply err;
+        std::string reason;
+        std::string by;
+        if (!body_object(req, body, err) || !kill_args(body, client_, reason, by, err)) {
+            co_return err;
+        }
+        const kill_outcome k = co_await rt_.kill_network(reason, by);
+        json::object o{{"engaged", true},
+                       {"already_engaged", k.already},
+                       {"connections_closed", k.connections_closed},
+                       {"elapsed_ms", k.elapsed_ms},
+                       {"reason", rt_.kill_info.reason},
+                       {"by", rt_.kill_info.by},
+                       {"at", iso(rt_.kill_info.at)},
+                       {"persisted", k.persisted}};
+        co_return reply{http::status::ok, std::move(o)};
+    }
+
+    reply revive(const request& req) {
+        json::object body;
+        reply err;
+        std::string reason;
+        std::string by;
+        if (!body_object(req, body, err) || !kill_args(body, client_, reason, by, err)) {
+            return err;
+        }
+        if (!rt_.network_killed.load()) {
+            return error(http::status::conflict, "the network kill is not engaged");
+        }
+        const kill_outcome k = rt_.revive(reason, by);
+        if (!k.persisted) {
+            return error(http::status::conflict,
+                         "the state store is unavailable (" + rt_.store_error +
+                             "), so the kill stays engaged: fix it and restart cordon");
+        }
+        return {http::status::ok,
+                json::object{{"engaged", false}, {"reason", reason}, {"by", by}}};
+    }
+
+    awaitable<reply> kill_session(const request& req, const std::string& id) {
+        json::object body;
+        reply err;
+        std::string reason;
+        std::string by;
+        if (!body_object(req, body, err) || !kill_args(body, client_, reason, by, err)) {
+            co_return err;
+        }
+        const auto k = co_await rt_.kill_session(id, reason, by);
+        if (!k) {
+            co_return error(http::status::not_found, "no session " + id);
+        }
+        co_return reply{http::status::ok,
+                        json::object{{"id", id},
+                                     {"state", "killed"},
+                                     {"already_killed", k->already},
+                                     {"tokens_revoked", k->tokens_revoked},
+                                     {"connections_closed", k->connections_closed},
+                                     {"elapsed_ms", k->elapsed_ms},
+                                     {"persisted", k->persisted}}};
     }
 
     void audit_mint(const minted& m, const std::string& job) {
@@ -424,11 +642,24 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
             co_return;
         }
         const request& req = parser.get();
+        if (req.method() == http::verb::get && req.target().starts_with("/v1/events") &&
+            (req.target().size() == 10 || req.target()[10] == '?') &&
+            bearer_ok(req, admin_token)) {
+            co_await stream_events(rt, stream, req);
+            error_code ignored;
+            stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+            co_return;
+        }
         const reply r = co_await router.handle(req);
         http::response<http::string_body> res{r.status, req.version()};
-        res.set(http::field::content_type, "application/json");
         res.set(http::field::cache_control, "no-store");
-        res.body() = json::serialize(r.body) + "\n";
+        if (!r.text.empty()) {
+            res.set(http::field::content_type, "text/plain; version=0.0.4");
+            res.body() = r.text;
+        } else {
+            res.set(http::field::content_type, "application/json");
+            res.body() = json::serialize(r.body) + "\n";
+        }
         res.keep_alive(req.keep_alive());
         res.prepare_payload();
         auto [wec, wn] = co_await http::async_write(stream, res, use_nothrow);

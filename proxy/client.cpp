@@ -325,12 +325,18 @@ private:
         error_code last = net::error::host_not_found;
         const auto t0 = steady::now();
         for (const auto& a : addresses) {
+            if (!closed_by_.empty()) {
+                co_return net::error::operation_aborted;  // killed while resolving
+            }
             error_code ignored;
             upstream_.socket().close(ignored);
             upstream_.expires_after(timeout);
             auto [ec] = co_await upstream_.async_connect(tcp::endpoint(to_asio(a), to_port),
                                                          use_nothrow);
             upstream_.expires_never();
+            if (!ec && !closed_by_.empty()) {
+                break;  // killed while connecting: never use this upstream
+            }
             if (!ec) {
                 st.ip = a.to_string();
                 st.connect_ms =
@@ -978,9 +984,15 @@ awaitable<void> client_conn::run() {
         token_id.clear();
         job.clear();
 
-        // Phase: authenticate.
+        // The network kill refuses everything, before anything else is looked at.
+        if (rt_.network_killed.load(std::memory_order_acquire)) {
+            co_await deny(403, deny_reason::kill_switch, req.target());
+            co_return;
+        }
+        // Phase: authenticate. A killed session's credentials are valid but refused for
+        // good: 403, not a challenge to try other credentials.
         if (const deny_reason a = authenticate(req.base()); a != deny_reason::none) {
-            co_await deny(407, a, req.target());
+            co_await deny(a == deny_reason::session_killed ? 403 : 407, a, req.target());
             co_return;
         }
         if (!rt_.audit_healthy()) {

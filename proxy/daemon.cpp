@@ -192,8 +192,52 @@ int run_daemon(const daemon_options& opts) {
     const std::optional<config::endpoint> admin_ep = pol.listen.admin;
     const std::string source = pol.source;
 
+    const std::string state_dir = pol.state.path;
     runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
     rt.audit_log_ = std::move(audit);
+
+    // Durable state: kills, sessions, token hashes, revocations. If it cannot be read, start
+    // with the network kill engaged and say why (fail closed); never reset the file.
+    std::uint64_t last_event = 0;
+    rt.store = state_store::open(state_dir, rt.store_error);
+    if (rt.store) {
+        state_store::loaded loaded_state;
+        if (rt.store->load(loaded_state, rt.store_error)) {
+            rt.sessions.restore(std::move(loaded_state.sessions));
+            rt.kill_info = loaded_state.kill;
+            rt.network_killed = loaded_state.kill.engaged;
+            last_event = loaded_state.last_event_id;
+        } else {
+            rt.store.reset();
+        }
+    }
+    if (!rt.store) {
+        rt.network_killed = true;
+        rt.kill_info = kill_state{true, "state store unreadable: " + rt.store_error,
+                                  "cordon", rt.now()};
+        std::cerr << "cordon: state " << state_dir << ": " << rt.store_error
+                  << "\ncordon: starting with the network kill ENGAGED (fail closed); the "
+                     "file was left as it is\n";
+    } else if (rt.network_killed) {
+        std::cerr << "cordon: the network kill is engaged (since " << format_rfc3339(rt.kill_info.at)
+                  << ", by " << rt.kill_info.by << ": " << rt.kill_info.reason << ")\n";
+    }
+    state_store* store_ptr = rt.store.get();
+    rt.events = std::make_unique<event_bus>(
+        [store_ptr](const event& e) -> std::uint64_t {
+            if (store_ptr == nullptr) {
+                return 0;
+            }
+            stored_event s{0, wall_clock::now(), e.type, e.session, e.json};
+            std::string append_error;
+            if (!store_ptr->append_event(s, append_error)) {
+                std::cerr << "cordon: state store: " << append_error << '\n';
+                return 0;
+            }
+            return s.id;
+        },
+        last_event);
+    rt.stats.set_kill_switch_engaged(rt.network_killed);
     const unsigned threads =
         opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
 
@@ -253,6 +297,9 @@ int run_daemon(const daemon_options& opts) {
                 return;
             }
             auto expired = rt.sessions.sweep_expired();
+            for (const auto& [sid, tid] : expired) {
+                rt.persist_session(sid);
+            }
             if (!expired.empty()) {
                 net::co_spawn(
                     control,

@@ -16,7 +16,10 @@
 #include "dns/resolver.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/audit.hpp"
+#include "proxy/events.hpp"
+#include "proxy/metrics.hpp"
 #include "proxy/sessions.hpp"
+#include "proxy/state_store.hpp"
 
 namespace cordon::proxy {
 
@@ -71,6 +74,15 @@ struct self_addresses {
     bool is_self(const config::ip_address& a, std::uint16_t port) const;
 };
 
+/// What a kill call did, measured inside cordon.
+struct kill_outcome {
+    std::size_t connections_closed = 0;
+    double elapsed_ms = 0;
+    bool already = false;  ///< the kill was already in force
+    std::size_t tokens_revoked = 0;
+    bool persisted = true;  ///< written to the state store before returning
+};
+
 class runtime {
 public:
     runtime(std::string config_path, std::shared_ptr<const config::compiled_policy> p);
@@ -99,8 +111,26 @@ public:
     /// longer allows are closed (policy_changed). Returns the errors, empty on success.
     awaitable<std::string> reload(const std::string& by);
 
+    // The kill switch (proxy/kill.cpp). Calls run on the control thread; the flag is read
+    // by every request on the data path.
+    awaitable<kill_outcome> kill_network(const std::string& reason, const std::string& by);
+    /// Lifts the network kill; `already` is set when none was engaged.
+    kill_outcome revive(const std::string& reason, const std::string& by);
+    /// Kills one session for good: tokens revoked, connections closed. nullopt: unknown.
+    awaitable<std::optional<kill_outcome>> kill_session(const std::string& id,
+                                                        const std::string& reason,
+                                                        const std::string& by);
+    /// Writes a session (after any change) to the state store; false if it could not.
+    bool persist_session(const std::string& id);
+    std::atomic<bool> network_killed{false};
+    kill_state kill_info;  ///< control thread only
+
     session_registry sessions;
     std::unique_ptr<audit_log> audit_log_;
+    std::unique_ptr<state_store> store;  ///< null when it could not be opened (then killed)
+    std::string store_error;
+    std::unique_ptr<event_bus> events;   ///< control thread only
+    metrics stats;
     std::vector<std::unique_ptr<worker>> workers;
     self_addresses self;
     config::endpoint proxy_endpoint;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_set>
 
 namespace cordon::proxy {
 namespace {
@@ -327,6 +328,119 @@ std::size_t session_registry::prune(std::chrono::milliseconds keep) {
         const session_record& s = entry.second;
         return s.state != session_state::active && now - s.ended_at >= keep;
     });
+}
+
+
+stored_session session_registry::to_stored(const session_record& s) {
+    stored_session out;
+    out.id = s.id;
+    out.job = s.job;
+    out.created = s.created;
+    out.expires_at = s.expires_at;
+    out.state = s.state;
+    out.end_reason = s.end_reason;
+    out.ended_at = s.ended_at;
+    out.seq = s.seq;
+    out.tokens.reserve(s.tokens.size());
+    for (const auto& t : s.tokens) {
+        stored_token st;
+        st.id = t.info.id;
+        st.hash = t.hash;
+        st.created = t.info.created;
+        st.expires_at = t.info.expires_at;
+        st.revoked = t.info.revoked;
+        st.revoked_reason = t.info.revoked_reason;
+        st.expiry_reported = t.expiry_reported;
+        out.tokens.push_back(std::move(st));
+    }
+    return out;
+}
+
+session_registry::session_record session_registry::from_stored(stored_session&& s) {
+    session_record out;
+    out.seq = s.seq;
+    out.id = std::move(s.id);
+    out.job = std::move(s.job);
+    out.created = s.created;
+    out.expires_at = s.expires_at;
+    out.state = s.state;
+    out.end_reason = std::move(s.end_reason);
+    out.ended_at = s.ended_at;
+    out.tokens.reserve(s.tokens.size());
+    for (auto& st : s.tokens) {
+        token_record t;
+        t.info.id = std::move(st.id);
+        t.info.created = st.created;
+        t.info.expires_at = st.expires_at;
+        t.info.revoked = st.revoked;
+        t.info.revoked_reason = std::move(st.revoked_reason);
+        t.hash = st.hash;
+        t.expiry_reported = st.expiry_reported;
+        out.tokens.push_back(std::move(t));
+    }
+    return out;
+}
+
+std::vector<stored_session> session_registry::snapshot() const {
+    std::shared_lock lock(mutex_);
+    std::vector<const session_record*> order;
+    order.reserve(sessions_.size());
+    for (const auto& [id, s] : sessions_) {
+        order.push_back(&s);
+    }
+    std::sort(order.begin(), order.end(),
+              [](const session_record* a, const session_record* b) { return a->seq < b->seq; });
+    std::vector<stored_session> out;
+    out.reserve(order.size());
+    for (const auto* s : order) {
+        out.push_back(to_stored(*s));
+    }
+    return out;
+}
+
+void session_registry::restore(std::vector<stored_session> sessions) {
+    // Checked and built outside the lock; the swap under it cannot throw.
+    session_map fresh;
+    fresh.reserve(sessions.size());
+    std::size_t active = 0;
+    std::uint64_t next_seq = 0;
+    for (auto& s : sessions) {
+        if (s.id.empty() || s.job.empty()) {
+            throw std::invalid_argument("restore: a session has an empty id or job");
+        }
+        std::unordered_set<std::string_view> token_ids;
+        for (const auto& t : s.tokens) {
+            if (!token_ids.insert(t.id).second) {
+                throw std::invalid_argument("restore: session " + s.id +
+                                            " has two tokens with id " + t.id);
+            }
+        }
+        if (fresh.find(s.id) != fresh.end()) {
+            throw std::invalid_argument("restore: two sessions with id " + s.id);
+        }
+        if (s.state == session_state::active) {
+            ++active;
+        }
+        next_seq = std::max(next_seq, s.seq + 1);
+        std::string id = s.id;
+        fresh.emplace(std::move(id), from_stored(std::move(s)));
+    }
+
+    std::unique_lock lock(mutex_);
+    sessions_.swap(fresh);
+    active_ = active;
+    next_seq_ = next_seq;
+    lock.unlock();
+    // `fresh` now holds the old contents and is destroyed outside the lock.
+}
+
+std::optional<stored_session> session_registry::stored(std::string_view session_id) const {
+    std::shared_lock lock(mutex_);
+    const auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+        return std::nullopt;
+    }
+    return to_stored(it->second);
 }
 
 }  // namespace cordon::proxy

@@ -1,7 +1,8 @@
 #pragma once
 // The session and token registry of the daemon: who may use the proxy, as which job, until
-// when. Pure logic plus OpenSSL randomness and hashing: no sockets, no Asio. The data lives in
-// plain structs so that a snapshot/restore (persistence of kills) can be added later.
+// when. Pure logic plus OpenSSL randomness and hashing: no sockets, no Asio. snapshot(),
+// restore() and stored() hand the whole state out as plain structs for persistence
+// (proxy/state_store.hpp), so kills, revocations and sessions survive a restart.
 
 #include <chrono>
 #include <cstddef>
@@ -94,6 +95,31 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+/// A token as persisted: everything the registry knows of it, the hash of its secret included
+/// (never the secret itself).
+struct stored_token {
+    std::string id;
+    secret_hash hash{};
+    wall_clock::time_point created;
+    wall_clock::time_point expires_at;
+    bool revoked = false;
+    std::string revoked_reason;
+    bool expiry_reported = false;  ///< sweep_expired() has reported it
+};
+
+/// A session as persisted, tokens in minting order.
+struct stored_session {
+    std::string id;
+    std::string job;
+    wall_clock::time_point created;
+    wall_clock::time_point expires_at;
+    session_state state = session_state::active;
+    std::string end_reason;
+    wall_clock::time_point ended_at{};
+    std::uint64_t seq = 0;  ///< creation order within the registry (list() sorts by it)
+    std::vector<stored_token> tokens;
+};
+
 /// Sessions and their short-lived tokens. Thread-safe: one std::shared_mutex; authenticate(),
 /// get(), list() and active_count() take the shared lock only, the rest the exclusive lock.
 /// `now` is injected (a fake clock in tests); it is called outside the lock, possibly from
@@ -183,6 +209,24 @@ public:
     /// (authenticate answers bad_credentials).
     std::size_t prune(std::chrono::milliseconds keep);
 
+    /// Every session, in creation order (ascending seq), with its tokens and their hashes:
+    /// the state to persist. Takes the shared lock.
+    std::vector<stored_session> snapshot() const;
+
+    /// Replaces the whole contents with `sessions` (at start-up, from the state store): states,
+    /// reasons, revocations and token hashes are taken as they are, so a killed session stays
+    /// killed and a revoked token stays revoked; expiry is judged against `now` as always.
+    /// Sessions that are active but expired are ended by the next sweep_expired(). The
+    /// max_active_sessions bound is not applied (every stored session is kept); later
+    /// create() calls get seq values above the largest restored one. Throws
+    /// std::invalid_argument, leaving the registry unchanged, if a session id or job is empty,
+    /// two sessions share an id, or two tokens of one session share an id.
+    void restore(std::vector<stored_session> sessions);
+
+    /// One session as persisted (to save it after a change), or nullopt if unknown.
+    /// Takes the shared lock.
+    std::optional<stored_session> stored(std::string_view session_id) const;
+
 private:
     struct token_record {
         token_info info;
@@ -219,6 +263,8 @@ private:
     static void check_ttl(std::chrono::milliseconds ttl);
     static fresh_secret make_secret();
     static session_info to_info(const session_record& s);
+    static stored_session to_stored(const session_record& s);
+    static session_record from_stored(stored_session&& s);
     /// Adds a token with `secret` to `s` (exclusive lock held). Token ids are unique within
     /// `s`. Throws only before changing `s`.
     static minted mint(session_record& s, wall_clock::time_point now,

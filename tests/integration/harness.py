@@ -1136,3 +1136,405 @@ class RssSampler:
         if v:
             self.max_kb = max(self.max_kb, v)
         return False
+
+
+# --------------------------------------------------------------------------------------
+# Counting origin (kill-switch tests): proves what reached the origin, and when
+# --------------------------------------------------------------------------------------
+
+_FLOOD_BLOCK = b"F" * (64 * KiB)
+
+
+class _CountingProtocol(asyncio.Protocol):
+    def __init__(self, origin):
+        self.origin = origin
+        self.transport = None
+        self.rec = None
+        self.paused = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        self.rec = {"bytes_in": 0, "bytes_out": 0, "opened": time.monotonic(), "last_in": None,
+                    "eof": False, "closed": False, "closed_at": None, "error": None,
+                    "paused": False, "fd": sock.fileno() if sock is not None else -1,
+                    "peer": transport.get_extra_info("peername")}
+        with self.origin.lock:
+            self.origin.conns.append(self.rec)
+        if self.origin.mode == "flood":
+            transport.set_write_buffer_limits(high=256 * KiB, low=64 * KiB)
+            self._flood()
+
+    def _flood(self):
+        for _ in range(16):
+            if self.paused or self.transport.is_closing():
+                return
+            self.transport.write(_FLOOD_BLOCK)
+            self.rec["bytes_out"] += len(_FLOOD_BLOCK)
+        # Not blocked yet (the peer reads): go on after other callbacks had their turn.
+        self.origin.loop.call_soon(self._flood)
+
+    def pause_writing(self):
+        self.paused = True
+        self.rec["paused"] = True
+
+    def resume_writing(self):
+        self.paused = False
+        self.rec["paused"] = False
+        self._flood()
+
+    def data_received(self, data):
+        self.rec["bytes_in"] += len(data)
+        self.rec["last_in"] = time.monotonic()
+        if self.origin.mode == "echo":
+            self.transport.write(data)
+            self.rec["bytes_out"] += len(data)
+
+    def eof_received(self):
+        self.rec["eof"] = True
+        return False  # close our side too
+
+    def connection_lost(self, exc):
+        self.rec["closed"] = True
+        self.rec["closed_at"] = time.monotonic()
+        if exc is not None:
+            self.rec["error"] = repr(exc)
+
+
+class CountingOrigin:
+    """A raw TCP origin on 127.0.0.1:<ephemeral> (asyncio protocol in a thread) that counts
+    every byte that reaches it, for tests that must prove no byte arrives after a moment.
+    mode:
+      "sink":  reads and counts, never writes.
+      "echo":  echoes every byte.
+      "flood": writes 64 KiB blocks as fast as the peer takes them, until it goes away; reads
+               and counts what it gets.
+    Each connection is recorded in .conns as {bytes_in, bytes_out, opened, last_in, eof,
+    closed, closed_at, error, paused} (times from time.monotonic()).
+
+    received(n) counts, on the origin's own loop thread (so atomically with respect to its
+    reads), the bytes of connections n.. that reached this host: read by the origin plus still
+    queued unread in its sockets (FIONREAD)."""
+
+    def __init__(self, mode="sink"):
+        if mode not in ("sink", "echo", "flood"):
+            raise ValueError(mode)
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.conns = []
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("counting origin did not start")
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+
+        async def start():
+            self.server = await self.loop.create_server(
+                lambda: _CountingProtocol(self), LOOPBACK, 0, backlog=2048)
+            self.port = self.server.sockets[0].getsockname()[1]
+            self._ready.set()
+
+        self.loop.run_until_complete(start())
+        self.loop.run_forever()
+
+    def snapshot(self):
+        with self.lock:
+            return len(self.conns)
+
+    def conns_since(self, n):
+        with self.lock:
+            return list(self.conns[n:])
+
+    def _received_now(self, n):
+        import fcntl
+        import termios
+        total = 0
+        with self.lock:
+            recs = list(self.conns[n:])
+        for r in recs:
+            total += r["bytes_in"]
+            if not r["closed"] and r["fd"] >= 0:
+                try:
+                    q = fcntl.ioctl(r["fd"], termios.FIONREAD, b"\0\0\0\0")
+                    total += struct.unpack("i", q)[0]
+                except OSError:
+                    pass
+        return total
+
+    def received(self, n=0, timeout=5):
+        """Bytes of connections n.. that reached this host (read + queued unread), counted on
+        the loop thread."""
+        async def snap():
+            return self._received_now(n)
+        return asyncio.run_coroutine_threadsafe(snap(), self.loop).result(timeout)
+
+    def bytes_read(self, n=0):
+        return sum(r["bytes_in"] for r in self.conns_since(n))
+
+    def stop(self):
+        def _close():
+            self.server.close()
+            self.loop.stop()
+        self.loop.call_soon_threadsafe(_close)
+        self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+# --------------------------------------------------------------------------------------
+# Server-Sent Events client (GET /v1/events)
+# --------------------------------------------------------------------------------------
+
+class SSEClient:
+    """Follows a Server-Sent Events stream in a background thread. After construction,
+    .status and .headers (lower-case dict) are set; for a 200 each complete event is appended
+    to .events as {"id", "event", "data", "json", "t"} (t: time.monotonic() when parsed) and
+    each comment line counts in .comments. Handles a raw body or chunked transfer coding, and
+    \\n, \\r\\n or \\r line ends. close() stops it (bounded)."""
+
+    def __init__(self, addr, path, token, last_event_id=None, timeout=5):
+        self.events = []
+        self.comments = 0
+        self.error = None
+        self.eof = False
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self.sock = socket.create_connection(addr, timeout=timeout)
+        req = (f"GET {path} HTTP/1.1\r\nHost: {addr[0]}:{addr[1]}\r\n"
+               f"Accept: text/event-stream\r\n")
+        if token is not None:
+            req += f"Authorization: Bearer {token}\r\n"
+        if last_event_id is not None:
+            req += f"Last-Event-ID: {last_event_id}\r\n"
+        self.sock.sendall((req + "\r\n").encode())
+        buf = b""
+        deadline = time.monotonic() + timeout
+        while b"\r\n\r\n" not in buf:
+            if time.monotonic() > deadline or len(buf) > 64 * KiB:
+                raise CordonError(f"no response head on {path}: {buf[:300]!r}")
+            d = self.sock.recv(65536)
+            if not d:
+                raise CordonError(f"EOF before the response head on {path}: {buf[:300]!r}")
+            buf += d
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split(" ")[1])
+        self.headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            self.headers[k.strip().lower()] = v.strip()
+        self.chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        self._raw = rest          # undecoded bytes (chunked framing)
+        self._text = b""          # decoded body bytes not yet parsed into lines
+        self._cur = {"id": None, "event": None, "data": []}
+        self.body = b""           # for a non-200: whatever body arrived within the timeout
+        if self.status != 200:
+            self.sock.settimeout(1)
+            try:
+                for _ in range(100):
+                    d = self.sock.recv(65536)
+                    if not d:
+                        break
+                    rest += d
+            except OSError:
+                pass
+            self.body = rest
+            self.sock.close()
+            self.thread = None
+            return
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _decode(self):
+        if not self.chunked:
+            self._text += self._raw
+            self._raw = b""
+            return
+        for _ in range(100_000):
+            i = self._raw.find(b"\r\n")
+            if i < 0:
+                return
+            size = int(self._raw[:i].split(b";")[0] or b"0", 16)
+            if size == 0:
+                self.eof = True
+                self._raw = b""
+                return
+            if len(self._raw) < i + 2 + size + 2:
+                return
+            self._text += self._raw[i + 2:i + 2 + size]
+            self._raw = self._raw[i + 2 + size + 2:]
+
+    def _parse(self):
+        for _ in range(1_000_000):
+            m = re.search(rb"\r\n|\r|\n", self._text)
+            if m is None:
+                return
+            if m.group() == b"\r" and m.end() == len(self._text):
+                return  # maybe the \r of a \r\n still on its way
+            line = self._text[:m.start()].decode("utf-8", "replace")
+            self._text = self._text[m.end():]
+            if line == "":
+                self._dispatch()
+            elif line.startswith(":"):
+                with self.lock:
+                    self.comments += 1
+            else:
+                field, _, value = line.partition(":")
+                if value.startswith(" "):
+                    value = value[1:]
+                if field == "data":
+                    self._cur["data"].append(value)
+                elif field in ("id", "event"):
+                    self._cur[field] = value
+
+    def _dispatch(self):
+        cur, self._cur = self._cur, {"id": None, "event": None, "data": []}
+        if not cur["data"] and cur["event"] is None and cur["id"] is None:
+            return
+        data = "\n".join(cur["data"])
+        try:
+            js = json.loads(data) if data else None
+        except ValueError:
+            js = None
+        ev = {"id": cur["id"], "event": cur["event"] or "message", "data": data, "json": js,
+              "t": time.monotonic()}
+        with self.lock:
+            self.events.append(ev)
+
+    def _run(self):
+        self.sock.settimeout(0.2)
+        self._decode()
+        self._parse()
+        for _ in range(10_000_000):
+            if self._stop.is_set():
+                return
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                self.error = repr(e)
+                return
+            if not d:
+                self.eof = True
+                return
+            self._raw += d
+            self._decode()
+            self._parse()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.events)
+
+    def wait_for(self, pred, timeout=5, count=1):
+        """Waits until `count` events satisfy pred; returns them (fewer on timeout)."""
+        found = []
+
+        def check():
+            nonlocal found
+            found = [e for e in self.snapshot() if pred(e)]
+            return len(found) >= count
+        wait_until(check, timeout, 0.01)
+        return found
+
+    def close(self):
+        self._stop.set()
+        if self.thread is not None:
+            self.thread.join(2)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------------------------------
+# cordon helpers for kill-switch tests (additive: test_proxy.py does not use them)
+# --------------------------------------------------------------------------------------
+
+def cordon_restart(cordon, sig=signal.SIGKILL, timeout=10):
+    """Stops `cordon` with `sig` (default SIGKILL: no clean shutdown), then starts it again
+    on the same config, state and audit dirs. The previous run's logs are kept as *.log.N.
+    Returns the exit status of the stopped process."""
+    rc = None
+    if cordon.proc is not None and cordon.proc.poll() is None:
+        cordon.proc.send_signal(sig)
+        try:
+            rc = cordon.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            cordon.kill()
+    elif cordon.proc is not None:
+        rc = cordon.proc.returncode
+    for f in (getattr(cordon, "stdout", None), getattr(cordon, "stderr", None)):
+        if f:
+            f.close()
+    n = getattr(cordon, "_restarts", 0) + 1
+    cordon._restarts = n
+    for name in ("stdout.log", "stderr.log"):
+        p = cordon.tmp.join(name)
+        if os.path.exists(p):
+            os.replace(p, f"{p}.{n}")
+    if os.path.exists(cordon.ready_path):
+        os.unlink(cordon.ready_path)
+    cordon.start(timeout)
+    return rc
+
+
+def cordon_cli(cordon, args, timeout=20, env_extra=None):
+    """Runs `cordon ARGS` against this instance's admin API (CORDON_ADMIN and
+    CORDON_ADMIN_TOKEN_FILE in the environment). Returns CompletedProcess with text output."""
+    env = dict(os.environ)
+    host, port = cordon.admin_addr
+    env["CORDON_ADMIN"] = f"http://{host}:{port}"
+    env["CORDON_ADMIN_TOKEN_FILE"] = cordon.token_file
+    env.update(env_extra or {})
+    return subprocess.run([cordon.bin] + list(args), env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout)
+
+
+def prometheus_samples(text):
+    """{(name, frozenset(labels.items())): value} from Prometheus text exposition."""
+    out = {}
+    pat = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$')
+    lab = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = pat.match(line)
+        if not m:
+            continue
+        labels = frozenset(lab.findall(m.group(2) or ""))
+        try:
+            out[(m.group(1), labels)] = float(m.group(3))
+        except ValueError:
+            pass
+    return out
+
+
+def tcp_states(local_port, remote_port=None):
+    """[(state name, tx_queue, rx_queue, local port, remote port)] of the IPv4 TCP sockets in
+    /proc/net/tcp with this local port (and remote port): a diagnostic for half-closed
+    sockets."""
+    names = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2",
+             6: "TIME_WAIT", 7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN",
+             11: "CLOSING"}
+    out = []
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                p = line.split()
+                lp = int(p[1].split(":")[1], 16)
+                rp = int(p[2].split(":")[1], 16)
+                if lp != local_port or (remote_port is not None and rp != remote_port):
+                    continue
+                tx, rx = (int(x, 16) for x in p[4].split(":"))
+                out.append((names.get(int(p[3], 16), p[3]), tx, rx, lp, rp))
+    except OSError:
+        pass
+    return out

@@ -634,3 +634,136 @@ TEST_CASE("sessions: concurrent authenticate while sessions change", "[sessions]
     CHECK(reg.active_count() ==
           static_cast<std::size_t>(stable_count + victim_count + (victim_count + 2) / 3));
 }
+
+TEST_CASE("sessions: snapshot and restore keep kills, revocations and expiry", "[sessions]") {
+    fake_clock clock;
+    session_registry before(clock.fn());
+    const minted live = before.create("build", 1h);
+    const minted rotated = before.create("build", 1h);
+    const auto rotated2 = before.add_token(rotated.session_id, 1h);
+    REQUIRE(rotated2);
+    REQUIRE(before.revoke_token(rotated.session_id, rotated.token_id, "leaked") ==
+            revoke_result::revoked);
+    const minted killed = before.create("scrape", 1h);
+    REQUIRE(before.kill(killed.session_id, "exfiltration"));
+    const minted ended = before.create("build", 1h);
+    REQUIRE(before.end(ended.session_id, "done"));
+    const minted expiring = before.create("build", 1min);
+    const minted swept = before.create("build", 1s);
+    clock.advance(1s);
+    REQUIRE(before.sweep_expired().size() == 1);  // `swept`: reported and ended
+
+    const auto snap = before.snapshot();
+    REQUIRE(snap.size() == 6);
+    CHECK(snap[0].id == live.session_id);  // creation order
+    CHECK(snap[5].id == swept.session_id);
+    CHECK(snap[1].tokens.size() == 2);
+    CHECK(snap[1].tokens[0].hash == hash_secret(rotated.token));  // the hash, never the token
+    CHECK(snap[1].tokens[0].revoked);
+    CHECK(snap[1].tokens[0].revoked_reason == "leaked");
+    CHECK(snap[5].tokens[0].expiry_reported);
+
+    // A registry with contents of its own: restore replaces them.
+    session_registry after(clock.fn());
+    const minted stale = after.create("other", 1h);
+    after.restore(snap);
+    CHECK_FALSE(after.get(stale.session_id));
+    CHECK(after.authenticate(stale.session_id, stale.token).status ==
+          auth_status::bad_credentials);
+
+    const auto r = after.authenticate(live.session_id, live.token);
+    CHECK(r.ok());
+    CHECK(r.job == "build");
+    CHECK(r.token_id == live.token_id);
+    CHECK(after.authenticate(rotated.session_id, rotated.token).status ==
+          auth_status::token_revoked);
+    CHECK(after.authenticate(rotated.session_id, rotated2->token).ok());
+    CHECK(after.authenticate(killed.session_id, killed.token).status ==
+          auth_status::session_killed);
+    CHECK(after.authenticate(ended.session_id, ended.token).status ==
+          auth_status::session_ended);
+    CHECK(after.authenticate(swept.session_id, swept.token).status ==
+          auth_status::token_expired);
+    CHECK(after.active_count() == 3);  // live, rotated, expiring
+    CHECK_FALSE(after.add_token(killed.session_id, 1min));
+
+    // The restored registry carries on as the old one would have.
+    CHECK(after.sweep_expired().empty());  // `swept` was reported before the snapshot
+    clock.advance(1min);
+    CHECK(after.authenticate(expiring.session_id, expiring.token).status ==
+          auth_status::token_expired);
+    using pair = std::pair<std::string, std::string>;
+    CHECK(after.sweep_expired() == std::vector<pair>{{expiring.session_id, expiring.token_id}});
+    CHECK(after.get(expiring.session_id)->state == session_state::ended);
+    CHECK(after.active_count() == 2);
+    CHECK(after.kill(killed.session_id, "again"));
+    CHECK(after.get(killed.session_id)->end_reason == "exfiltration");
+    CHECK(after.revoke_token(rotated.session_id, rotated.token_id, "x") ==
+          revoke_result::already_revoked);
+
+    // New sessions sort after the restored ones.
+    const minted fresh = after.create("new", 1h);
+    const auto all = after.list();
+    REQUIRE(all.size() == 7);
+    CHECK(all[0].id == fresh.session_id);
+    CHECK(all[1].id == swept.session_id);
+    CHECK(all[6].id == live.session_id);
+}
+
+TEST_CASE("sessions: stored() is one session of the snapshot", "[sessions]") {
+    fake_clock clock;
+    session_registry reg(clock.fn());
+    const minted a = reg.create("a", 1h);
+    const minted b = reg.create("b", 1h);
+    REQUIRE(reg.kill(b.session_id, "k"));
+    CHECK_FALSE(reg.stored("s-0000000000000000"));
+    const auto s = reg.stored(b.session_id);
+    REQUIRE(s);
+    CHECK(s->id == b.session_id);
+    CHECK(s->job == "b");
+    CHECK(s->state == session_state::killed);
+    CHECK(s->end_reason == "k");
+    CHECK(s->ended_at == clock.now());
+    CHECK(s->seq == 1);
+    REQUIRE(s->tokens.size() == 1);
+    CHECK(s->tokens[0].id == b.token_id);
+    CHECK(s->tokens[0].hash == hash_secret(b.token));
+    CHECK(s->tokens[0].revoked);
+    CHECK(s->tokens[0].revoked_reason == "k");
+    CHECK(s->tokens[0].expires_at == clock.now() + 1h);
+    CHECK(reg.stored(a.session_id)->seq == 0);
+}
+
+TEST_CASE("sessions: restore refuses inconsistent input and changes nothing", "[sessions]") {
+    fake_clock clock;
+    session_registry reg(clock.fn());
+    const minted m = reg.create("job", 1h);
+    auto good = reg.snapshot();
+    REQUIRE(good.size() == 1);
+
+    auto dup_session = good;
+    dup_session.push_back(good[0]);
+    auto dup_token = good;
+    dup_token[0].tokens.push_back(good[0].tokens[0]);
+    auto no_id = good;
+    no_id[0].id.clear();
+    auto no_job = good;
+    no_job[0].job.clear();
+    for (auto* bad : {&dup_session, &dup_token, &no_id, &no_job}) {
+        CHECK_THROWS_AS(reg.restore(*bad), std::invalid_argument);
+    }
+    CHECK(reg.authenticate(m.session_id, m.token).ok());
+    CHECK(reg.list().size() == 1);
+
+    // Restoring nothing empties the registry; restore ignores the active bound.
+    reg.restore({});
+    CHECK(reg.list().empty());
+    CHECK(reg.active_count() == 0);
+    session_registry two(clock.fn());
+    two.create("x", 1h);
+    two.create("y", 1h);
+    session_registry small(clock.fn(), 1);
+    small.restore(two.snapshot());
+    CHECK(small.active_count() == 2);
+    CHECK_THROWS_AS(small.create("z", 1h), session_limit_error);
+}

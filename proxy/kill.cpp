@@ -1,0 +1,142 @@
+// The kill switch: network kill, revive and session kill. Each is durable before it returns
+// (state store), closes what it cuts on every worker's own thread, and is audited, counted
+// and published on the event stream.
+
+#include <boost/json.hpp>
+
+#include <iostream>
+
+#include "proxy/runtime.hpp"
+
+namespace cordon::proxy {
+namespace {
+
+namespace json = boost::json;
+using steady = std::chrono::steady_clock;
+
+double ms_since(steady::time_point t0) {
+    return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
+}
+
+}  // namespace
+
+bool runtime::persist_session(const std::string& id) {
+    if (!store) {
+        return false;
+    }
+    const auto s = sessions.stored(id);
+    if (!s) {
+        return false;
+    }
+    std::string error;
+    if (!store->save_session(*s, error)) {
+        std::cerr << "cordon: state store: " << error << '\n';
+        return false;
+    }
+    return true;
+}
+
+awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const std::string& by) {
+    const auto t0 = steady::now();
+    kill_outcome out;
+    // The flag first: from this instant every new request is refused.
+    out.already = network_killed.exchange(true);
+    if (!out.already) {
+        kill_info = kill_state{true, reason, by, now()};
+    }
+    if (store) {
+        std::string error;
+        out.persisted = store->save_kill(kill_info, error);
+        if (!out.persisted) {
+            std::cerr << "cordon: state store: " << error << '\n';
+        }
+    } else {
+        out.persisted = false;
+    }
+    const std::function<bool(const live_connection&)> all = [](const live_connection&) {
+        return true;
+    };
+    const std::string why = "kill_switch";
+    out.connections_closed = co_await close_where(all, why);
+    out.elapsed_ms = ms_since(t0);
+    stats.set_kill_switch_engaged(true);
+    stats.count_kill(kill_scope::network, out.elapsed_ms / 1000);
+    audit(std::move(record("kill.network")
+                        .add("reason", reason)
+                        .add("by", by)
+                        .add("already_engaged", out.already)
+                        .add("connections_closed", static_cast<std::uint64_t>(out.connections_closed))
+                        .add("elapsed_ms", out.elapsed_ms)));
+    events->publish("kill.network", "",
+                    json::serialize(json::object{{"reason", reason},
+                                                 {"by", by},
+                                                 {"at", format_rfc3339(kill_info.at)}}));
+    co_return out;
+}
+
+kill_outcome runtime::revive(const std::string& reason, const std::string& by) {
+    kill_outcome out;
+    if (!network_killed.load()) {
+        out.already = true;
+        return out;
+    }
+    kill_state lifted{false, reason, by, now()};
+    if (store) {
+        std::string error;
+        out.persisted = store->save_kill(lifted, error);
+        if (!out.persisted) {
+            std::cerr << "cordon: state store: " << error << '\n';
+            return out;  // not durable: stay killed
+        }
+    } else {
+        out.persisted = false;
+        return out;
+    }
+    kill_info = lifted;
+    network_killed.store(false);
+    stats.set_kill_switch_engaged(false);
+    audit(std::move(record("revive").add("reason", reason).add("by", by)));
+    events->publish("revive", "",
+                    json::serialize(json::object{{"reason", reason}, {"by", by}}));
+    return out;
+}
+
+awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& id,
+                                                             const std::string& reason,
+                                                             const std::string& by) {
+    const auto t0 = steady::now();
+    const auto before = sessions.get(id);
+    if (!before) {
+        co_return std::nullopt;
+    }
+    kill_outcome out;
+    out.already = before->state == session_state::killed;
+    for (const auto& t : before->tokens) {
+        out.tokens_revoked += t.revoked ? 0 : 1;
+    }
+    sessions.kill(id, reason);
+    out.persisted = persist_session(id);
+    const std::function<bool(const live_connection&)> of_session =
+        [&id](const live_connection& c) { return c.session == id; };
+    const std::string why = "session_killed";
+    out.connections_closed = co_await close_where(of_session, why);
+    out.elapsed_ms = ms_since(t0);
+    stats.count_kill(kill_scope::session, out.elapsed_ms / 1000);
+    audit(std::move(record("kill.session")
+                        .add("session", id)
+                        .add("job", before->job)
+                        .add("reason", reason)
+                        .add("by", by)
+                        .add("tokens_revoked", static_cast<std::uint64_t>(out.tokens_revoked))
+                        .add("connections_closed", static_cast<std::uint64_t>(out.connections_closed))
+                        .add("elapsed_ms", out.elapsed_ms)));
+    events->publish("kill.session", id,
+                    json::serialize(json::object{{"session", id},
+                                                 {"job", before->job},
+                                                 {"reason", reason},
+                                                 {"by", by}}));
+    forget_usage(id);
+    co_return out;
+}
+
+}  // namespace cordon::proxy

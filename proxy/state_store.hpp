@@ -1,0 +1,99 @@
+#pragma once
+// The durable state of the daemon: kill switch, sessions with their token hashes and
+// revocations, and the event log the shim follows. SQLite in WAL mode; no sockets, no Asio.
+// Kills are persisted: a restart does not undo one.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proxy/sessions.hpp"
+#include "proxy/tokens.hpp"
+
+namespace cordon::proxy {
+
+/// The network kill switch as persisted.
+struct kill_state {
+    bool engaged = false;
+    std::string reason;
+    std::string by;
+    wall_clock::time_point at{};  ///< when it was engaged (or revived); epoch if never
+};
+
+/// One entry of the event log (GET /v1/events). `json` is the event as the API serves it.
+struct stored_event {
+    std::uint64_t id = 0;  ///< assigned by append_event(); increasing, never reused
+    wall_clock::time_point ts{};
+    std::string type;     ///< e.g. "kill.network", "kill.session", "token.revoke"
+    std::string session;  ///< empty for events of no one session (network kill, revive)
+    std::string json;
+};
+
+/// SQLite in WAL mode at DIR/cordon.db (DIR created 0700; the file is 0600). Every write is one
+/// transaction with synchronous=FULL, so it is on disk when the call returns. Times are kept
+/// as integer milliseconds since the epoch (finer parts are floored). Thread-safe: one mutex
+/// serialises every call (they are rare control-plane operations; a write costs an fsync).
+class state_store {
+public:
+    /// The schema this build reads and writes (meta.schema_version).
+    static constexpr std::int64_t schema_version = 1;
+
+    /// Opens DIR/cordon.db, or creates it (and DIR) if it does not exist. A new store is built
+    /// under a temporary name and renamed into place, so an existing cordon.db is always a
+    /// complete store. On an unreadable, truncated, corrupt (PRAGMA quick_check not "ok"),
+    /// non-SQLite, non-cordon or newer-schema file returns nullptr and sets `error` to a
+    /// message naming the file and the problem; the file is never reset or overwritten.
+    static std::unique_ptr<state_store> open(const std::string& dir, std::string& error);
+
+    ~state_store();
+    state_store(const state_store&) = delete;
+    state_store& operator=(const state_store&) = delete;
+
+    /// The database file (DIR/cordon.db).
+    const std::string& path() const noexcept;
+
+    /// Inserts or replaces the session and replaces its tokens with `s.tokens`.
+    /// False (and `error` set, nothing written) on failure.
+    bool save_session(const stored_session& s, std::string& error);
+
+    /// Replaces the kill switch state.
+    bool save_kill(const kill_state& k, std::string& error);
+
+    /// Appends `e` and sets e.id to its new id (autoincrement: larger than every id ever
+    /// assigned, pruned ones included).
+    bool append_event(stored_event& e, std::string& error);
+
+    /// Everything needed at start-up. `kill` is the default (not engaged) if never saved;
+    /// `sessions` are in seq order, tokens in minting order; `last_event_id` is the largest id
+    /// ever assigned (0 if none), pruned events included.
+    struct loaded {
+        kill_state kill;
+        std::vector<stored_session> sessions;
+        std::uint64_t last_event_id = 0;
+    };
+
+    /// Reads the whole state. False, with `error` set, if it cannot be read or a row is
+    /// invalid (unknown state, hash not 32 bytes, time out of range): the caller fails closed.
+    bool load(loaded& out, std::string& error);
+
+    /// Events with id > `after`, oldest first, at most `limit`. With a non-empty `session`,
+    /// only that session's events and those with an empty session (network-wide ones).
+    /// Returns an empty vector on a read error (the caller polls again).
+    std::vector<stored_event> events_after(std::uint64_t after, std::string_view session,
+                                           std::size_t limit);
+
+    /// Deletes ended and killed sessions (with their tokens) whose ended_at is before `before`,
+    /// and events whose ts is before `before`. Active sessions and the kill state are kept.
+    bool prune(wall_clock::time_point before, std::string& error);
+
+private:
+    struct impl;
+    explicit state_store(std::unique_ptr<impl> p);
+
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace cordon::proxy
