@@ -1538,3 +1538,27 @@ def tcp_states(local_port, remote_port=None):
     except OSError:
         pass
     return out
+
+
+def tcp_states_to(remote_port):
+    """[(state name, tx_queue, rx_queue, local port, remote port)] of the IPv4 TCP sockets in
+    /proc/net/tcp connected to this remote port (e.g. cordon's upstream sockets to an
+    origin): shows data still queued in a closed socket."""
+    names = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2",
+             6: "TIME_WAIT", 7: "CLOSE", 8: "CLOSE_WAIT", 9: "LAST_ACK", 10: "LISTEN",
+             11: "CLOSING"}
+    out = []
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f)
+            for line in f:
+                p = line.split()
+                lp = int(p[1].split(":")[1], 16)
+                rp = int(p[2].split(":")[1], 16)
+                if rp != remote_port:
+                    continue
+                tx, rx = (int(x, 16) for x in p[4].split(":"))
+                out.append((names.get(int(p[3], 16), p[3]), tx, rx, lp, rp))
+    except OSError:
+        pass
+    return out
