@@ -19,18 +19,19 @@
 //      tunnels and L of the others, for --warmup-ms;
 //   3. takes t0 just before writing the kill request to the admin API (HTTP/1.1, Bearer):
 //      network: POST /v1/kill; session: POST /v1/sessions/ID/kill; session-end (what exists
-//      before the kill endpoints): DELETE /v1/sessions/ID; sigkill --pid PID (calibration,
-//      no admin call): SIGKILL the proxy, so the kernel closes everything at once and the
-//      figure is the floor this machine and this loop can see;
+//      before the kill endpoints): DELETE /v1/sessions/ID; sigkill --pid PID (a reference,
+//      no admin call): SIGKILL the proxy, so the kernel closes all its sockets as the process
+//      exits, in one thread: what closing that many loopback sockets costs on this machine;
 //   4. keeps the loop running (pumping included) until every expected tunnel has seen EOF or
 //      ECONNRESET and the answer is read; closing times are taken in the loop, per event;
 //   5. scope session: watches the others for 300 ms more, stops pumping and checks that each
 //      still carries a '?' -> '!' round trip.
 //
-// Prints one line, e.g.
-//   scope=network tunnels=10000 pumping=100 closed_seen=10000 last_close_ms=41.2 p50_ms=20.3
-//   p99_ms=39.0 reply_ms=35.1 closed_before_reply=9100 cordon_elapsed_ms=33.0
-//   connections_closed=10000
+// Prints one line of key=value (times in ms from t0):
+//   scope=network tunnels=N pumping=K closed_seen=N last_close_ms=T p50_ms=T p99_ms=T
+//   first_close_ms=T reply_ms=T closed_before_reply=C cordon_elapsed_ms=T (from the answer)
+//   connections_closed=C (from the answer) [others=M others_pumping=L others_open=M]
+//   client_busy_ms=T loop_max_ms=T pumped_mib=B setup_s=S
 // and exits 0 only if every expected tunnel closed (and, for session, every other survived).
 //
 // Bounded: every loop has a count bound and the whole run a 120 s deadline. The process
@@ -50,6 +51,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -714,8 +716,7 @@ int bench::run() {
     std::string method = "POST";
     std::string path = "/v1/kill";
     if (sigkill) {
-        // Calibration: the kernel closes every socket of the dead proxy at once; what is left
-        // is the kernel's and this loop's share of the time.
+        // A reference: the kernel closes every socket of the dead proxy as it exits.
         t0_ = steady::now();
         if (::kill(o_.pid, SIGKILL) != 0) {
             die("kill " + std::to_string(o_.pid));
@@ -818,10 +819,10 @@ int bench::run() {
             ? std::string()
             : admin_in_.substr(admin_in_.find("\r\n\r\n") + 4);
     std::printf("scope=%s tunnels=%zu pumping=%d closed_seen=%zu last_close_ms=%.1f "
-                "p50_ms=%.1f p99_ms=%.1f reply_ms=%.1f closed_before_reply=%zu "
-                "cordon_elapsed_ms=%s connections_closed=%s",
+                "p50_ms=%.1f p99_ms=%.1f first_close_ms=%.1f reply_ms=%.1f "
+                "closed_before_reply=%zu cordon_elapsed_ms=%s connections_closed=%s",
                 o_.scope.c_str(), expected_total_, o_.pumping, expected_closed_, last_ms,
-                pct(0.50), pct(0.99), reply_ms_, closed_before_reply_,
+                pct(0.50), pct(0.99), pct(0.0), reply_ms_, closed_before_reply_,
                 json_number(answer_body, "elapsed_ms").c_str(),
                 json_number(answer_body, "connections_closed").c_str());
     if (others > 0) {

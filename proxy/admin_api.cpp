@@ -506,6 +506,7 @@ private:
                                 .add("session", id)
                                 .add("job", s ? s->job : std::string())
                                 .add("token_id", token_id)
+                                .add("reason", "revoked by admin")
                                 .add("by", "admin:" + client_)
                                 .add("connections_closed", static_cast<std::uint64_t>(closed))));
         rt_.stats.count_kill(kill_scope::credential, ms / 1000);

@@ -171,9 +171,16 @@ public:
         if (closed_by_.empty()) {
             closed_by_ = why;
         }
+        // Abortive close (RST): a graceful close would let the kernel go on delivering what
+        // is already queued, megabytes to an upstream after a kill returned, and keep a
+        // socket to a client that never reads. Linger 0 discards both at once.
         error_code ignored;
-        client_.socket().close(ignored);
-        upstream_.socket().close(ignored);
+        for (tcp::socket* s : {&client_.socket(), &upstream_.socket()}) {
+            if (s->is_open()) {
+                s->set_option(net::socket_base::linger(true, 0), ignored);
+                s->close(ignored);
+            }
+        }
     }
 
     awaitable<void> run();
@@ -253,12 +260,20 @@ private:
             return deny_reason::auth;
         }
         const auth_result a = rt_.sessions.authenticate(creds->user, creds->password);
+        if (a.ok()) {
+            session = creds->user;
+            token_id = a.token_id;
+            job = a.job;
+            return deny_reason::none;
+        }
+        // Valid credentials of a session that may no longer connect: name it in the denial
+        // so the audit log ties the refused attempts to the session.
+        if (a.status != auth_status::bad_credentials) {
+            session = creds->user;
+            job = a.job;
+        }
         switch (a.status) {
-            case auth_status::ok:
-                session = creds->user;
-                token_id = a.token_id;
-                job = a.job;
-                return deny_reason::none;
+            case auth_status::ok: break;
             case auth_status::token_expired: return deny_reason::token_expired;
             case auth_status::token_revoked: return deny_reason::token_revoked;
             case auth_status::session_ended: return deny_reason::session_ended;

@@ -1184,11 +1184,26 @@ class _CountingProtocol(asyncio.Protocol):
         self._flood()
 
     def data_received(self, data):
+        now = time.monotonic()
         self.rec["bytes_in"] += len(data)
-        self.rec["last_in"] = time.monotonic()
+        self.rec["last_in"] = now
         if self.origin.mode == "echo":
             self.transport.write(data)
             self.rec["bytes_out"] += len(data)
+        rate = self.origin.read_rate
+        if rate:
+            # Ahead of the rate: stop reading until the average is back at it.
+            ahead = self.rec["bytes_in"] / rate - (now - self.rec["opened"])
+            if ahead > 0.005:
+                self.transport.pause_reading()
+                self.origin.loop.call_later(ahead, self._resume_reading)
+
+    def _resume_reading(self):
+        if not self.transport.is_closing():
+            try:
+                self.transport.resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
 
     def eof_received(self):
         self.rec["eof"] = True
@@ -1210,16 +1225,19 @@ class CountingOrigin:
       "flood": writes 64 KiB blocks as fast as the peer takes them, until it goes away; reads
                and counts what it gets.
     Each connection is recorded in .conns as {bytes_in, bytes_out, opened, last_in, eof,
-    closed, closed_at, error, paused} (times from time.monotonic()).
+    closed, closed_at, error, paused} (times from time.monotonic()). With read_rate
+    (bytes/s), each connection reads no faster than that on average: a slow upstream, so that
+    whatever cordon has relayed but the origin has not read yet waits in cordon's sockets.
 
     received(n) counts, on the origin's own loop thread (so atomically with respect to its
     reads), the bytes of connections n.. that reached this host: read by the origin plus still
     queued unread in its sockets (FIONREAD)."""
 
-    def __init__(self, mode="sink"):
+    def __init__(self, mode="sink", read_rate=None):
         if mode not in ("sink", "echo", "flood"):
             raise ValueError(mode)
         self.mode = mode
+        self.read_rate = read_rate
         self.lock = threading.Lock()
         self.conns = []
         self.loop = asyncio.new_event_loop()

@@ -31,20 +31,23 @@ import uuid
 import harness as H
 from harness import KiB, MiB
 
-HTTP = SINK = ECHO = FLOOD = DNS = None
+HTTP = SINK = SLOW = ECHO = FLOOD = DNS = None
 
 
 def setUpModule():
-    global HTTP, SINK, ECHO, FLOOD, DNS
+    global HTTP, SINK, SLOW, ECHO, FLOOD, DNS
     HTTP = H.HTTPOrigin()
     SINK = H.CountingOrigin("sink")
+    # A slow upstream (8 MiB/s per connection): a streaming client outpaces it, so at any
+    # moment megabytes it sent wait inside cordon on their way to the origin.
+    SLOW = H.CountingOrigin("sink", read_rate=8 * MiB)
     ECHO = H.CountingOrigin("echo")
     FLOOD = H.CountingOrigin("flood")
     DNS = H.FakeDNS({"raw.test": {"A": ["127.0.0.1"]}})
 
 
 def tearDownModule():
-    for o in (HTTP, SINK, ECHO, FLOOD, DNS):
+    for o in (HTTP, SINK, SLOW, ECHO, FLOOD, DNS):
         if o is not None:
             o.stop()
 
@@ -54,7 +57,8 @@ def jobs_yaml():
         "  agent:\n"
         "    task: integration tests of the kill switch\n"
         "    egress:\n"
-        f"      - {{ host: raw.test, ports: [{SINK.port}, {ECHO.port}, {FLOOD.port}], "
+        f"      - {{ host: raw.test, ports: [{SINK.port}, {SLOW.port}, {ECHO.port}, "
+        f"{FLOOD.port}], "
         f"protocol: tcp, resolves_to: [127.0.0.0/8] }}\n"
         f"      - {{ host: localhost, ports: [{HTTP.port}], protocol: http, "
         f"methods: [GET, POST], resolves_to: [127.0.0.0/8, \"::1/128\"] }}\n"
@@ -210,6 +214,11 @@ class KillCase(unittest.TestCase):
         closed, _ = c.wait_closed(timeout)
         self.assertTrue(closed, f"{what} still open {timeout}s after a denial")
 
+    def assertNoItems(self, items, msg):
+        """Fails with msg alone (not the whole list) when items is not empty."""
+        if items:
+            self.fail(msg)
+
     def assertNumber(self, v, what):
         self.assertTrue(isinstance(v, (int, float)) and not isinstance(v, bool),
                         f"{what} is not a number: {v!r}")
@@ -230,8 +239,8 @@ class KillCase(unittest.TestCase):
     def snapshot_origin(self, origin, n0):
         """Right after a kill returned: (bytes that reached the origin, cordon's sockets to
         the origin with what they still hold unsent) for assertNoBytesAfter."""
-        snap = origin.received(n0)
-        return snap, H.tcp_states_to(origin.port)
+        sockets = H.tcp_states_to(origin.port)
+        return origin.received(n0), sockets
 
     def assertNoBytesAfter(self, origin, n0, snapshot, t_ret, what):
         """The origin got no byte after the kill returned: one second after it, what the
@@ -260,7 +269,7 @@ class KillCase(unittest.TestCase):
         bad = [(i, r["closed"], None if r["closed_at"] is None
                 else round(r["closed_at"] - t_ret, 3)) for i, r in enumerate(recs)
                if not r["closed"] or r["closed_at"] > t_ret + window]
-        self.assertFalse(bad, f"{what}: {len(bad)} of {len(recs)} upstream connections not "
+        self.assertNoItems(bad, f"{what}: {len(bad)} of {len(recs)} upstream connections not "
                               f"closed within {window}s of the kill's return "
                               f"(index, closed, seconds after return): {bad[:10]}")
 
@@ -502,10 +511,10 @@ class UncooperativeMixin:
 
     def test_1_streaming_clients_cut(self):
         self.add_bystander()
-        n0 = SINK.snapshot()
+        n0 = SLOW.snapshot()
         tunnels = []
         for _ in range(4):
-            c = self.open_tunnel(SINK.port)
+            c = self.open_tunnel(SLOW.port)
             c.sock.settimeout(3)
             tunnels.append(c)
         stop = threading.Event()
@@ -530,10 +539,10 @@ class UncooperativeMixin:
         for t in threads:
             t.start()
         try:
-            self.assertTrue(H.wait_until(lambda: SINK.bytes_read(n0) >= 8 * MiB, 10),
-                            f"streaming did not get going: {SINK.bytes_read(n0)} bytes")
+            self.assertTrue(H.wait_until(lambda: SLOW.bytes_read(n0) >= 4 * MiB, 10),
+                            f"streaming did not get going: {SLOW.bytes_read(n0)} bytes")
             status, js, _, t_ret = self.do_kill()
-            snap = self.snapshot_origin(SINK, n0)
+            snap = self.snapshot_origin(SLOW, n0)
             self.check_kill_answer(status, js, closed=4)
             for t in threads:
                 t.join(max(0.05, t_ret + KILL_WINDOW - time.monotonic()))
@@ -542,19 +551,19 @@ class UncooperativeMixin:
             stop.set()
             for t in threads:
                 t.join(5)
-        self.assertFalse(still, f"streaming clients {still} could still send 1s after the "
+        self.assertNoItems(still, f"streaming clients {still} could still send 1s after the "
                                 f"kill returned: {results}")
         for i, r in enumerate(results):
             self.assertIsNotNone(r["err"], f"client {i}: {r}")
-        self.assertOriginClosedWithin(SINK, n0, t_ret, "streaming tunnels")
         self.assertConnectionsWithin(t_ret, self.expected_after())
-        self.assertNoBytesAfter(SINK, n0, snap, t_ret, "streaming tunnels")
         self.check_kill_audit()
         ev = self.check_tunnel_closes_audited(4)
         self.assertEqual(len(ev), 4, ev)
         for e in ev:
             self.assertGreater(e.get("bytes_up", 0), 0, e)
         self.check_bystander()
+        self.assertNoBytesAfter(SLOW, n0, snap, t_ret, "streaming tunnels")
+        self.assertOriginClosedWithin(SLOW, n0, t_ret, "streaming tunnels")
 
     # (2) a client that stalls without reading while the origin floods it ---------------
 
@@ -577,21 +586,22 @@ class UncooperativeMixin:
         status, js, _, t_ret = self.do_kill()
         snap = self.snapshot_origin(FLOOD, n0)
         self.check_kill_answer(status, js, closed=1)
+        self.assertConnectionsWithin(t_ret, self.expected_after())
         # The stalled client, without reading a byte, must see the connection end: a close
         # that waits behind megabytes the client never reads is not a close.
-        if not hung_up(c.sock, max(0.05, t_ret + KILL_WINDOW - time.monotonic())):
-            self.fail("a client that does not read still has an open connection 1s after "
-                      "the kill returned (no RST/FIN visible without reading); cordon-side "
-                      f"socket (state, tx_queue, rx_queue, ...): "
-                      f"{H.tcp_states(self.cordon.proxy_addr[1], client_port)}")
-        closed, _ = c.wait_closed(3)
-        self.assertTrue(closed, "the stalled client's connection did not end when drained")
-        self.assertOriginClosedWithin(FLOOD, n0, t_ret, "the flooding upstream")
-        self.assertConnectionsWithin(t_ret, self.expected_after())
+        hung = hung_up(c.sock, max(0.05, t_ret + KILL_WINDOW - time.monotonic()))
+        cordon_side = H.tcp_states(self.cordon.proxy_addr[1], client_port)
         self.assertNoBytesAfter(FLOOD, n0, snap, t_ret, "stalled tunnel")
+        self.assertOriginClosedWithin(FLOOD, n0, t_ret, "the flooding upstream")
         self.check_kill_audit()
         self.assertEqual(len(self.check_tunnel_closes_audited(1)), 1)
         self.check_bystander()
+        if not hung:
+            self.fail("a client that does not read still has an open connection 1s after "
+                      "the kill returned (no RST/FIN visible without reading); cordon-side "
+                      f"socket 1s after (state, unsent bytes, rx, ports): {cordon_side}")
+        closed, _ = c.wait_closed(3)
+        self.assertTrue(closed, "the stalled client's connection did not end when drained")
 
     # (3) a client that reconnects in a loop with its token after the kill --------------
 
@@ -640,22 +650,22 @@ class UncooperativeMixin:
             lambda: sum(1 for a in attempts if a["status"] == 200) >= 3, 5),
             f"the reconnecting client never got going: {attempts[:3]}")
         status, js, t_call, t_ret = self.do_kill()
-        snap = self.snapshot_origin(SINK, n0)
         shared["t_ret"] = t_ret
+        snap = self.snapshot_origin(SINK, n0)
         self.check_kill_answer(status, js)
         th.join(30)
         self.assertFalse(th.is_alive(), "the reconnect loop did not finish")
         post = [a for a in attempts if a["t0"] > t_ret]
-        self.assertEqual(len(post), after_kill)
+        self.assertGreaterEqual(len(post), after_kill)
         bad = [a for a in post if a["status"] != 403 or a["deny"] != self.deny_reason
                or a["body"] != self.deny_reason or a["closed"] is not True]
-        self.assertFalse(bad, f"{len(bad)} of {after_kill} attempts after the kill were not "
+        self.assertNoItems(bad, f"{len(bad)} of {len(post)} attempts after the kill were not "
                               f"403 {self.deny_reason} and closed: {bad[:5]}")
         self.assertConnectionsWithin(t_ret, self.expected_after())
         self.assertNoBytesAfter(SINK, n0, snap, t_ret, "reconnecting client")
         late = [round(r["opened"] - t_ret, 3) for r in SINK.conns_since(n0)
                 if r["opened"] > t_ret]
-        self.assertFalse(late, f"the origin accepted connections after the kill returned "
+        self.assertNoItems(late, f"the origin accepted connections after the kill returned "
                                f"(seconds after): {late}")
         self.check_kill_audit()
         target = f"raw.test:{SINK.port}"
@@ -731,7 +741,7 @@ class UncooperativeMixin:
         deadline = time.monotonic() + 20
         for t in threads:
             t.join(max(0.05, deadline - time.monotonic()))
-        self.assertFalse([t for t in threads if t.is_alive()], "worker threads still running")
+        self.assertNoItems([t for t in threads if t.is_alive()], "worker threads still running")
         # We can only know the open time as seen by the client, after cordon sent 200.
         opened = [r for r in results if r["outcome"] == "opened"]
         refused = [r for r in results if r["outcome"] == "refused"]
@@ -740,20 +750,22 @@ class UncooperativeMixin:
                  ("opened", "refused", "closed before an answer")]
         summary = (f"{len(opened)} opened, {len(refused)} refused, {len(early_closed)} closed "
                    f"before an answer, {len(other)} other")
-        self.assertFalse(other, f"{summary}; other: {other[:5]}")
+        if os.environ.get("KILL_TEST_VERBOSE"):
+            print(f"\n  {type(self).__name__}: {summary}; kill answer {js}")
+        self.assertNoItems(other, f"{summary}; other: {other[:5]}")
         self.assertGreater(len(opened), 0, summary)
         self.assertGreater(len(refused), 0, summary)
         bad_refusals = [r for r in refused if r["status"] != 403 or
                         r["deny"] != self.deny_reason or not r["closed"]]
-        self.assertFalse(bad_refusals, f"{summary}; refusals not 403 {self.deny_reason} + "
-                                       f"closed: {bad_refusals[:5]}")
+        self.assertNoItems(bad_refusals, f"{summary}; refusals not 403 {self.deny_reason} + "
+                                         f"closed: {bad_refusals[:5]}")
         late_open = [r for r in opened if r["t0"] > t_ret]
-        self.assertFalse(late_open, f"{summary}; tunnels requested after the kill returned "
-                                    f"were opened: {late_open[:5]}")
-        left_open = [r for r in opened if not r["closed"] or
-                     r["t_closed"] > t_ret + KILL_WINDOW]
-        self.assertFalse(left_open, f"{summary}; tunnels not closed within 1s of the kill's "
-                                    f"return: {[(r['i'], r['closed'], round(r['t_closed'] - t_ret, 3)) for r in left_open[:10]]}")
+        self.assertNoItems(late_open, f"{summary}; tunnels requested after the kill returned "
+                                      f"were opened: {late_open[:5]}")
+        left_open = [(r["i"], r["closed"], round(r["t_closed"] - t_ret, 3)) for r in opened
+                     if not r["closed"] or r["t_closed"] > t_ret + KILL_WINDOW]
+        self.assertNoItems(left_open, f"{summary}; tunnels not closed within 1s of the kill's "
+                                      f"return (index, closed, s after): {left_open[:10]}")
         self.assertOriginClosedWithin(ECHO, n0, t_ret, "parallel tunnels")
         self.assertConnectionsWithin(t_ret, self.expected_after())
         self.assertNoBytesAfter(ECHO, n0, snap, t_ret, "parallel tunnels")
@@ -797,7 +809,7 @@ class UncooperativeMixin:
             closed, _ = c.wait_closed(max(0.01, t_ret + KILL_WINDOW - time.monotonic()))
             if not closed:
                 still.append(i)
-        self.assertFalse(still, f"tunnels still open 1s after the kill returned: {still[:10]}"
+        self.assertNoItems(still, f"tunnels still open 1s after the kill returned: {still[:10]}"
                                 f" (call took {(t_ret - t_call) * 1000:.0f} ms, "
                                 f"elapsed_ms {js['elapsed_ms']})")
         self.assertConnectionsWithin(t_ret, self.expected_after())
@@ -845,7 +857,7 @@ class SessionKillUncooperativeTests(UncooperativeMixin, KillCase):
         self.echo(self.open_tunnel(ECHO.port, session=self.bystander), b"new bystander tunnel")
         self.assertIs(self.cordon.status()["kill"]["engaged"], False)
         closes = self.cordon.audit_events()
-        self.assertFalse([e for e in closes if e.get("session") == self.bystander["id"]
+        self.assertNoItems([e for e in closes if e.get("session") == self.bystander["id"]
                           and e.get("event") == "conn.close"],
                          "a bystander tunnel was closed")
 
@@ -854,7 +866,7 @@ class SessionKillUncooperativeTests(UncooperativeMixin, KillCase):
         # audit log can say whose retries these were (`cordon audit timeline SESSION`).
         bad = [e for e in ev if e.get("session") != self.session["id"]
                or e.get("job") != "agent"]
-        self.assertFalse(bad, f"{len(bad)} of {len(ev)} conn.deny session_killed events do "
+        self.assertNoItems(bad, f"{len(bad)} of {len(ev)} conn.deny session_killed events do "
                               f"not name the killed session and its job: {bad[:2]}")
 
     def check_kill_answer(self, status, js, closed=None):
@@ -985,8 +997,8 @@ class CredentialKillTests(KillCase):
         sid = self.session["id"]
         second = self.cordon.mint_token(sid)
         keep = self.open_tunnel(ECHO.port)
-        n0 = SINK.snapshot()
-        cut = self.open_tunnel(SINK.port, token=second["token"])
+        n0 = SLOW.snapshot()
+        cut = self.open_tunnel(SLOW.port, token=second["token"])
         cut.sock.settimeout(3)
         result = {}
         stop = threading.Event()
@@ -1005,12 +1017,12 @@ class CredentialKillTests(KillCase):
         th.start()
         before = self.kills_total(self.metrics(), "credential")
         try:
-            self.assertTrue(H.wait_until(lambda: SINK.bytes_read(n0) >= 4 * MiB, 10))
+            self.assertTrue(H.wait_until(lambda: SLOW.bytes_read(n0) >= 2 * MiB, 10))
             t_call = time.monotonic()
             status, js = self.cordon.admin("DELETE",
                                            f"/v1/sessions/{sid}/tokens/{second['token_id']}")
             t_ret = time.monotonic()
-            snap = self.snapshot_origin(SINK, n0)
+            snap = self.snapshot_origin(SLOW, n0)
             self.assertEqual(status, 200, js)
             self.assertEqual(js.get("connections_closed"), 1, js)
             self.assertNumber(js.get("elapsed_ms"), "elapsed_ms")
@@ -1021,19 +1033,19 @@ class CredentialKillTests(KillCase):
             th.join(5)
         self.assertFalse(alive, "the revoked token's tunnel still takes bytes 1s later")
         self.assertIn("err", result)
-        self.assertOriginClosedWithin(SINK, n0, t_ret, "revoked token's tunnel")
-        self.assertNoBytesAfter(SINK, n0, snap, t_ret, "revoked token's tunnel")
         self.echo(keep, b"the other token's tunnel lives on")
         c, r = self.tunnel(SINK.port, token=second["token"])
         self.assertEqual(r.status, 407, r)
         self.assertEqual(self.kills_total(self.metrics(), "credential"), before + 1)
+        closes = self.session_events("conn.close", sid, reason="token_revoked")
+        self.assertEqual(len(closes), 1, closes)
+        self.assertNoBytesAfter(SLOW, n0, snap, t_ret, "revoked token's tunnel")
+        self.assertOriginClosedWithin(SLOW, n0, t_ret, "revoked token's tunnel")
         ev = self.session_events("token.revoke", sid, token_id=second["token_id"])
         self.assertEqual(len(ev), 1, ev)
         for k in ("reason", "by"):
             self.assertIsInstance(ev[0].get(k), str, f"token.revoke without {k}: {ev[0]}")
             self.assertTrue(ev[0][k], ev[0])
-        closes = self.session_events("conn.close", sid, reason="token_revoked")
-        self.assertEqual(len(closes), 1, closes)
 
 
 # ======================================================================================
@@ -1113,7 +1125,7 @@ class EventStreamTests(KillCase):
         self.assertTrue(last, f"no kill.session for A: {s.snapshot()}")
         got = [(e["event"], self.mentions(e, a["id"]), self.mentions(e, b["id"]))
                for e in s.snapshot()]
-        self.assertFalse([g for g in got if g[2]], f"B's events on A's stream: {got}")
+        self.assertNoItems([g for g in got if g[2]], f"B's events on A's stream: {got}")
         kinds = [e["event"] for e in s.snapshot()]
         for kind in ("token.revoke", "kill.network", "revive", "kill.session"):
             self.assertIn(kind, kinds, got)
