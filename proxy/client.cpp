@@ -167,19 +167,22 @@ public:
     client_conn(const client_conn&) = delete;
     client_conn& operator=(const client_conn&) = delete;
 
-    void close(std::string_view why) override {
+    void close_client(std::string_view why) override {
         if (closed_by_.empty()) {
             closed_by_ = why;
         }
-        // Abortive close (RST): a graceful close would let the kernel go on delivering what
-        // is already queued, megabytes to an upstream after a kill returned, and keep a
-        // socket to a client that never reads. Linger 0 discards both at once.
-        error_code ignored;
-        for (tcp::socket* s : {&client_.socket(), &upstream_.socket()}) {
-            if (s->is_open()) {
-                s->set_option(net::socket_base::linger(true, 0), ignored);
-                s->close(ignored);
-            }
+        abort(client_.socket());
+    }
+    void close_upstream() override { abort(upstream_.socket()); }
+
+    // Abortive close (RST): a graceful close would let the kernel go on delivering what is
+    // already queued, megabytes to an upstream after a kill returned, and keep a socket to a
+    // client that never reads. Linger 0 discards it at once.
+    static void abort(tcp::socket& s) {
+        if (s.is_open()) {
+            error_code ignored;
+            s.set_option(net::socket_base::linger(true, 0), ignored);
+            s.close(ignored);
         }
     }
 

@@ -44,20 +44,19 @@ awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const s
     if (!out.already) {
         kill_info = kill_state{true, reason, by, now()};
     }
-    if (store) {
+    // The durable write overlaps the workers' closing; both are done before this returns.
+    const std::function<void()> persist = [this, &out] {
         std::string error;
-        out.persisted = store->save_kill(kill_info, error);
-        if (!out.persisted) {
+        out.persisted = store && store->save_kill(kill_info, error);
+        if (store && !out.persisted) {
             std::cerr << "cordon: state store: " << error << '\n';
         }
-    } else {
-        out.persisted = false;
-    }
+    };
     const std::function<bool(const live_connection&)> all = [](const live_connection&) {
         return true;
     };
     const std::string why = "kill_switch";
-    out.connections_closed = co_await close_where(all, why);
+    out.connections_closed = co_await close_where(all, why, persist);
     out.elapsed_ms = ms_since(t0);
     stats.set_kill_switch_engaged(true);
     stats.count_kill(kill_scope::network, out.elapsed_ms / 1000);
@@ -114,12 +113,12 @@ awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& 
     for (const auto& t : before->tokens) {
         out.tokens_revoked += t.revoked ? 0 : 1;
     }
-    sessions.kill(id, reason);
-    out.persisted = persist_session(id);
+    sessions.kill(id, reason);  // from here its tokens are refused
+    const std::function<void()> persist = [this, &out, &id] { out.persisted = persist_session(id); };
     const std::function<bool(const live_connection&)> of_session =
         [&id](const live_connection& c) { return c.session == id; };
     const std::string why = "session_killed";
-    out.connections_closed = co_await close_where(of_session, why);
+    out.connections_closed = co_await close_where(of_session, why, persist);
     out.elapsed_ms = ms_since(t0);
     stats.count_kill(kill_scope::session, out.elapsed_ms / 1000);
     audit(std::move(record("kill.session")

@@ -35,8 +35,14 @@ class live_connection {
 public:
     virtual ~live_connection() = default;
     /// Closes both sides now, recording `why` (a deny reason name, or "shutdown") as the
-    /// close reason.
-    virtual void close(std::string_view why) = 0;
+    /// close reason. Abortive (RST): nothing queued is delivered afterwards.
+    void close(std::string_view why) {
+        close_client(why);
+        close_upstream();
+    }
+    /// The two halves of close(), for kills that cut every client first.
+    virtual void close_client(std::string_view why) = 0;
+    virtual void close_upstream() = 0;
 
     std::string session;   ///< empty for clients attributed by `sources`
     std::string token_id;
@@ -102,10 +108,13 @@ public:
 
     /// Runs `fn` on every worker's thread in turn and sums what it returns.
     /// Callers pass named objects, never temporaries (see GCC PR 100611 in client.cpp).
-    awaitable<std::size_t> on_workers(const std::function<std::size_t(worker&)>& fn);
+    /// All workers run `fn` in parallel; `meanwhile` runs here while they do.
+    awaitable<std::size_t> on_workers(const std::function<std::size_t(worker&)>& fn,
+                                      const std::function<void()>& meanwhile = {});
     /// Closes every live connection `pred` selects, on its own thread; returns how many.
     awaitable<std::size_t> close_where(const std::function<bool(const live_connection&)>& pred,
-                                       const std::string& why);
+                                       const std::string& why,
+                                       const std::function<void()>& meanwhile = {});
 
     /// Loads config_path again and swaps the policy in; live connections the new policy no
     /// longer allows are closed (policy_changed). Returns the errors, empty on success.
