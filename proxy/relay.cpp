@@ -51,7 +51,7 @@ awaitable<error_code> write_all(tcp::socket& to, const char* data, std::size_t s
 
 // Yields to the other connections of this thread every so often, so a bulk transfer that
 // always finds data waiting cannot starve them.
-constexpr int chunks_per_turn = 16;
+constexpr int chunks_per_turn = 4;
 
 bool retry(const error_code& ec) {
     return ec == net::error::would_block || ec == net::error::try_again;
@@ -124,7 +124,7 @@ awaitable<void> pump(worker& w, tcp::socket& from, tcp::socket& to, bool up,
         error_code ec;
         if (use_splice && pipe.open()) {
             const ssize_t r = ::splice(from.native_handle(), nullptr, pipe.write_end(), nullptr,
-                                       1 << 20, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+                                       256 * 1024, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             if (r < 0 && (errno == EINVAL || errno == ENOSYS)) {
                 use_splice = false;  // not spliceable here: copy through the buffer instead
                 pipe.close();
