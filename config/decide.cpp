@@ -191,6 +191,41 @@ rule_span name_table::find(std::string_view name) const noexcept {
     }
 }
 
+decision decide_dns(std::string_view job, std::string_view name, const compiled_policy& p) {
+    const int ji = p.job_index(job);
+    if (ji < 0) {
+        return deny(deny_reason::unknown_job);
+    }
+    const config::job& j = p.source().jobs[static_cast<std::size_t>(ji)];
+    const job_tables& t = p.index().per_job[static_cast<std::size_t>(ji)];
+    if (parse_literal(name).kind != literal_kind::not_ip) {
+        return deny(deny_reason::bad_request);
+    }
+    char buf[max_host_length + 1];
+    const std::size_t n = normalise_host_into(name, buf);
+    if (n == 0) {
+        return deny(deny_reason::bad_request);
+    }
+    const std::string_view host(buf, n);
+    auto allow = [&](rule_span rules) {
+        decision d;
+        d.reason = deny_reason::none;
+        d.rule_index = static_cast<int>(rules.front());
+        d.rule = &j.egress[rules.front()];
+        return d;
+    };
+    if (const rule_span r = t.exact.find(host); !r.empty()) {
+        return allow(r);
+    }
+    for (std::size_t dot = host.find('.'); dot != std::string_view::npos;
+         dot = host.find('.', dot + 1)) {
+        if (const rule_span r = t.wildcard.find(host.substr(dot + 1)); !r.empty()) {
+            return allow(r);
+        }
+    }
+    return deny(deny_reason::no_rule);
+}
+
 bool prefix_allows(const cidr& prefix, const ip_address& a) noexcept {
     if (!prefix.contains(a)) {
         return false;

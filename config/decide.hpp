@@ -79,6 +79,12 @@ std::shared_ptr<const compiled_policy> compile(policy p);
 /// prefix lies inside the address's special range (so 0.0.0.0/0 opens no loopback).
 decision decide(const decide_args& args, const compiled_policy& p);
 
+/// May this job resolve `name` through cordon's DNS resolver? Allowed when any host rule of
+/// the job names it (exactly, or below a wildcard), whatever the rule's port and protocol:
+/// the names of its egress rules and nothing else. IP-literal-looking and malformed names
+/// are `bad_request`; `rule` is the most specific naming rule.
+decision decide_dns(std::string_view job, std::string_view name, const compiled_policy& p);
+
 /// The resolution check for an allowed name: every address must be public or covered by
 /// the rule's `resolves_to`; if any one is refused, none may be used (private_address).
 /// Returns `allowed` unchanged when all pass.

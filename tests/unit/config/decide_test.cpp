@@ -314,3 +314,40 @@ TEST_CASE("compiled policy: job lookup and many rules", "[decide]") {
         CHECK(decide(a, *p).reason == deny_reason::port);
     }
 }
+
+TEST_CASE("decide_dns: a job resolves the names of its rules and nothing else", "[decide]") {
+    const auto p = load_fixture("decide.yaml");
+    struct row {
+        std::string name;
+        deny_reason reason;
+        int rule;
+    };
+    using R = deny_reason;
+    const std::vector<row> table{
+        {"api.example.com", R::none, 0},            // exact wins over the wildcard
+        {"API.EXAMPLE.COM.", R::none, 0},           // case and one trailing dot
+        {"www.example.com", R::none, 1},            // below a wildcard, any port or protocol
+        {"a.b.c.example.com", R::none, 1},
+        {"img.cdn.example.com", R::none, 2},        // the longest wildcard suffix
+        {"example.com", R::no_rule, -1},            // never the apex of a wildcard
+        {"badexample.com", R::no_rule, -1},
+        {"raw.example.org", R::none, 3},            // tcp rules name hosts too
+        {"wiki.corp.example", R::none, 4},
+        {"xn--mnchen-3ya.de", R::none, 11},         // IDN as its A-label
+        {"localhost", R::none, 13},
+        {"exfil-4f2a.attacker.example", R::no_rule, -1},
+        {"203.0.113.7", R::bad_request, -1},        // addresses are not names to resolve
+        {"2130706433", R::bad_request, -1},
+        {"api..example.com", R::bad_request, -1},
+        {"ex_ample.com", R::bad_request, -1},
+        {"", R::bad_request, -1},
+    };
+    for (const auto& t : table) {
+        INFO(t.name);
+        const decision d = decide_dns("web", t.name, *p);
+        CHECK(to_string(d.reason) == to_string(t.reason));
+        CHECK(d.rule_index == t.rule);
+    }
+    CHECK(decide_dns("empty", "api.example.com", *p).reason == deny_reason::no_rule);
+    CHECK(decide_dns("nobody", "api.example.com", *p).reason == deny_reason::unknown_job);
+}
