@@ -185,7 +185,8 @@ int status(args in) {
     std::cout << "cordon " << str(o.at("version")) << ", up " << str(o.at("uptime_s")) << "s\n"
               << "proxy        " << str(o.at("listen").as_object().at("proxy")) << '\n'
               << "policy       " << str(pol.at("source")) << " (" << str(pol.at("jobs"))
-              << " jobs, " << str(pol.at("rules")) << " rules)\n"
+              << (str(pol.at("jobs")) == "1" ? " job, " : " jobs, ") << str(pol.at("rules"))
+              << (str(pol.at("rules")) == "1" ? " rule)\n" : " rules)\n")
               << "audit        " << (aud.at("healthy").as_bool() ? "healthy" : "UNWRITABLE")
               << ", " << str(aud.at("path")) << '\n'
               << "kill switch  "

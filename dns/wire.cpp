@@ -495,7 +495,8 @@ std::vector<std::uint8_t> truncate_for_udp(bytes msg, std::size_t limit) {
     }
     // A question name cannot be compressed (pointers must go back, but not into the
     // header), so its bytes are copied as they are.
-    out.insert(out.end(), msg.begin() + header_size, msg.begin() + static_cast<std::ptrdiff_t>(pos + 4));
+    out.insert(out.end(), msg.begin() + header_size,
+               msg.begin() + static_cast<std::ptrdiff_t>(pos + 4));
     set16(out, 4, 1);
     if (const auto a = parse_answer(msg)) {
         for (const record& r : a->additional) {

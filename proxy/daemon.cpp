@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <sstream>
 
@@ -178,8 +179,24 @@ int run_daemon(const daemon_options& opts) {
     audit_options aopts;
     aopts.dir = pol.audit.path;
     aopts.retention_days = pol.audit.retention_days;
+    // The writer retries about five times a second while the disk fails: say so once per
+    // 10 s with how many failures there were, not on every retry.
     auto audit = std::make_unique<audit_log>(aopts, [](const std::string& e) {
-        std::cerr << "cordon: audit log: " << e << " (new connections are denied)\n";
+        static std::atomic<std::int64_t> last_said{std::numeric_limits<std::int64_t>::min() / 2};
+        static std::atomic<std::uint64_t> unsaid{0};
+        const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+        std::int64_t last = last_said.load();
+        if (now_s - last < 10 || !last_said.compare_exchange_strong(last, now_s)) {
+            ++unsaid;
+            return;
+        }
+        std::cerr << "cordon: audit log: " << e << " (new connections are denied";
+        if (const auto n = unsaid.exchange(0); n > 0) {
+            std::cerr << "; " << n << " more failures since the last message";
+        }
+        std::cerr << ")\n";
     });
     if (!audit->open(error)) {
         std::cerr << "cordon: refusing to start: audit log " << pol.audit.path << ": " << error
