@@ -46,9 +46,35 @@ bool host_byte(std::uint8_t c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
+/// Marks the bytes of a message that hold fixed fields (question type and class, record
+/// type, class, TTL, length): a compression pointer that leads a name into them is refused,
+/// so no name can be made of bytes that rewrite_answer changes (the TTLs).
+using field_map = std::vector<bool>;
+
+bool in_fixed(const field_map* fixed, std::size_t from, std::size_t to) {
+    if (fixed == nullptr) {
+        return false;
+    }
+    for (std::size_t i = from; i < to; ++i) {
+        if ((*fixed)[i]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void mark_fixed(field_map* fixed, std::size_t from, std::size_t to) {
+    if (fixed != nullptr) {
+        for (std::size_t i = from; i < to; ++i) {
+            (*fixed)[i] = true;
+        }
+    }
+}
+
 /// Reads the name at `pos` (following compression pointers) into `out`; on success `pos` is
 /// just past the name where it started. On failure returns the reason, else nullptr.
-const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& out) {
+const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& out,
+                      const field_map* fixed = nullptr) {
     out.clear();
     std::size_t p = pos;
     std::size_t limit = pos;  // every pointer must go strictly below this, then lowers it
@@ -65,6 +91,9 @@ const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& ou
         if ((len & 0xC0) == 0xC0) {
             if (p + 1 >= m.size()) {
                 return "truncated compression pointer";
+            }
+            if (in_fixed(fixed, p, p + 2)) {
+                return "compression pointer into a record's fixed fields";
             }
             const std::size_t target = (std::size_t{len & 0x3Fu} << 8) | m[p + 1];
             if (!jumped) {
@@ -90,6 +119,9 @@ const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& ou
         if ((len & 0xC0) != 0) {
             return "label longer than 63 octets (or a reserved label type)";
         }
+        if (in_fixed(fixed, p, p + 1)) {
+            return "compression pointer into a record's fixed fields";
+        }
         if (len == 0) {
             if (!jumped) {
                 end = p + 1;
@@ -102,6 +134,9 @@ const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& ou
         }
         if (p + 1 + len > m.size()) {
             return "label runs past the end";
+        }
+        if (in_fixed(fixed, p + 1, p + 1 + len)) {
+            return "compression pointer into a record's fixed fields";
         }
         if (!first) {
             out.push_back('.');
@@ -171,8 +206,9 @@ struct raw_record {
     std::uint16_t rdlength = 0;
 };
 
-const char* read_record(bytes m, std::size_t& pos, raw_record& rr) {
-    if (const char* why = read_name(m, pos, name_mode::escaped, rr.name)) {
+const char* read_record(bytes m, std::size_t& pos, raw_record& rr,
+                        field_map* fixed = nullptr) {
+    if (const char* why = read_name(m, pos, name_mode::escaped, rr.name, fixed)) {
         return why;
     }
     if (m.size() - pos < 10) {
@@ -184,6 +220,7 @@ const char* read_record(bytes m, std::size_t& pos, raw_record& rr) {
     rr.ttl = get32(m, pos + 4);
     rr.rdlength = get16(m, pos + 8);
     rr.rdata_offset = pos + 10;
+    mark_fixed(fixed, pos, pos + 10);
     if (m.size() - rr.rdata_offset < rr.rdlength) {
         return "record data runs past the end";
     }
@@ -389,6 +426,8 @@ std::optional<answer_view> parse_answer(bytes msg) {
     }
     a.q.qtype = get16(msg, pos);
     a.q.qclass = get16(msg, pos + 2);
+    field_map fixed(msg.size());
+    mark_fixed(&fixed, pos, pos + 4);
     pos += 4;
     // A record takes at least 11 bytes (root name, fixed part): counts that promise more
     // records than that are lies, refused before anything is allocated for them.
@@ -401,7 +440,7 @@ std::optional<answer_view> parse_answer(bytes msg) {
         sections[s]->reserve(counts[s]);
         for (std::size_t i = 0; i < counts[s]; ++i) {
             raw_record rr;
-            if (read_record(msg, pos, rr) != nullptr) {
+            if (read_record(msg, pos, rr, &fixed) != nullptr) {
                 return std::nullopt;
             }
             record rec;
@@ -425,7 +464,7 @@ std::optional<answer_view> parse_answer(bytes msg) {
                 case type_ns:
                 case type_ptr: {
                     std::size_t p = rr.rdata_offset;
-                    if (read_name(msg, p, name_mode::escaped, rec.target) != nullptr ||
+                    if (read_name(msg, p, name_mode::escaped, rec.target, &fixed) != nullptr ||
                         p != rr.rdata_offset + rr.rdlength) {
                         return std::nullopt;
                     }

@@ -307,6 +307,7 @@ int run_daemon(const daemon_options& opts) {
 
     // Tokens that expire close the tunnels opened with them, within a second.
     net::steady_timer sweep(control);
+    std::uint64_t sweeps = 0;
     std::function<void()> arm_sweep = [&] {
         sweep.expires_after(1s);
         sweep.async_wait([&](error_code ec) {
@@ -335,7 +336,15 @@ int run_daemon(const daemon_options& opts) {
                     },
                     net::detached);
             }
+            // Memory keeps ended and killed sessions a day; the store keeps them and the
+            // event log a week (pruned hourly), so restarts and event replays reach back.
             rt.sessions.prune(std::chrono::hours(24));
+            if (++sweeps % 3600 == 0 && rt.store) {
+                std::string prune_error;
+                if (!rt.store->prune(rt.now() - std::chrono::hours(24 * 7), prune_error)) {
+                    std::cerr << "cordon: state store: " << prune_error << '\n';
+                }
+            }
             arm_sweep();
         });
     };

@@ -496,6 +496,12 @@ TEST_CASE("wire: parse_answer", "[wire]") {
         {"pointer past the end", msg{q}.ptr(0x3FFF).rr(type_a, 1, {1, 2, 3, 4}).b},
         {"pointer forward", msg{q}.ptr(40).rr(type_a, 1, {1, 2, 3, 4}).b},
         {"OPT in the answer section", msg{q}.opt().b},
+        {"pointer into a TTL (rewrite_answer would change the name)",
+         // The A record's TTL 0x01610000 reads as the name "a"; the next owner points at it.
+         msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_a).ptr(12)
+             .rr(type_a, 0x01610000u, {1, 2, 3, 4}).ptr(12 + 13 + 4 + 2 + 4)
+             .rr(type_a, 1, {1, 2, 3, 4}).b},
+        {"pointer into the question type", msg{q}.ptr(12 + 13).rr(type_a, 1, {1, 2, 3, 4}).b},
         {"two OPT", msg{}.header(1, 0x8180, 1, 0, 0, 2).question("a.example", 1).opt().opt().b},
         {"trailing bytes", trailing},
     };
