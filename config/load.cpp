@@ -425,7 +425,44 @@ private:
         if (!expect_map(n, "dns")) {
             return;
         }
-        const auto keys = check_keys(n, "dns", {"upstream", "deny_rcode", "default_job"});
+        const auto keys = check_keys(n, "dns", {"upstream", "deny_rcode", "default_job",
+                                                "cache_entries", "query_types", "rate_limit"});
+        if (const auto* v = find(keys, "cache_entries")) {
+            if (auto c = get_int(*v, "dns.cache_entries", 0, 10'000'000, "a count")) {
+                p.dns.cache_entries = static_cast<std::uint32_t>(*c);
+            }
+        }
+        if (const auto* v = find(keys, "query_types")) {
+            const auto names = get_strings(*v, "dns.query_types", "query types such as A");
+            if (v->IsSequence() && names.size() == v->size()) {
+                p.dns.query_types.clear();
+                for (std::size_t i = 0; i < names.size(); ++i) {
+                    const auto t = parse_query_type(names[i]);
+                    if (!t || *t == 255) {
+                        error((*v)[i], "dns.query_types[" + std::to_string(i) + "]",
+                              "'" + names[i] + "' is not a query type cordon answers (A, AAAA, "
+                              "CNAME, HTTPS, SVCB, TXT, MX, NS, PTR, SRV, SOA, CAA)");
+                    } else {
+                        p.dns.query_types.push_back(*t);
+                    }
+                }
+            }
+        }
+        if (const auto* v = find(keys, "rate_limit")) {
+            if (expect_map(*v, "dns.rate_limit")) {
+                const auto rk = check_keys(*v, "dns.rate_limit", {"qps", "burst"});
+                if (const auto* q = find(rk, "qps")) {
+                    if (auto x = get_int(*q, "dns.rate_limit.qps", 1, 1'000'000, "queries/s")) {
+                        p.dns.rate_qps = static_cast<std::uint32_t>(*x);
+                    }
+                }
+                if (const auto* b = find(rk, "burst")) {
+                    if (auto x = get_int(*b, "dns.rate_limit.burst", 1, 1'000'000, "queries")) {
+                        p.dns.rate_burst = static_cast<std::uint32_t>(*x);
+                    }
+                }
+            }
+        }
         if (const auto* v = find(keys, "upstream")) {
             if (expect_list(*v, "dns.upstream", "'system' or ADDRESS:PORT servers")) {
                 p.dns.upstream.clear();

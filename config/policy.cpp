@@ -97,6 +97,20 @@ endpoint_result parse_endpoint(std::string_view text) {
     return r;
 }
 
+std::optional<std::uint16_t> parse_query_type(std::string_view name) {
+    static constexpr std::pair<std::string_view, std::uint16_t> types[] = {
+        {"A", 1},    {"NS", 2},   {"CNAME", 5}, {"SOA", 6},   {"PTR", 12},   {"MX", 15},
+        {"TXT", 16}, {"AAAA", 28}, {"SRV", 33}, {"SVCB", 64}, {"HTTPS", 65}, {"CAA", 257},
+        {"ANY", 255},
+    };
+    for (const auto& [n, v] : types) {
+        if (n == name) {
+            return v;
+        }
+    }
+    return std::nullopt;
+}
+
 const job* policy::find_job(std::string_view name) const noexcept {
     for (const auto& j : jobs) {
         if (j.name == name) {

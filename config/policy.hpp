@@ -127,7 +127,17 @@ struct dns_spec {
     std::vector<dns_upstream> upstream{dns_upstream{true, {}}};
     deny_rcode deny = deny_rcode::refused;
     std::optional<std::string> default_job;
+    std::uint32_t cache_entries = 10'000;  ///< answers kept (bounded memory)
+    /// Query types answered (numbers); everything else is refused. Default: what a client
+    /// needs to connect: A, AAAA, CNAME, HTTPS, SVCB.
+    std::vector<std::uint16_t> query_types{1, 28, 5, 65, 64};
+    std::uint32_t rate_qps = 100;    ///< per client address: stops a tunnel over DNS
+    std::uint32_t rate_burst = 200;  ///< from running at full speed
 };
+
+/// The query type named `name` (A, AAAA, CNAME, HTTPS, SVCB, TXT, MX, NS, PTR, SRV, SOA,
+/// CAA, ANY), or nullopt.
+std::optional<std::uint16_t> parse_query_type(std::string_view name);
 
 struct state_spec {
     std::string path = "/var/lib/cordon";

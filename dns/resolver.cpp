@@ -106,6 +106,9 @@ public:
     resolver_impl& operator=(const resolver_impl&) = delete;
 
     void async_resolve(std::string name, std::function<void(resolve_result)> done) override;
+    void async_query(std::vector<std::uint8_t> message,
+                     std::function<void(raw_result)> done) override;
+    const hosts_table& hosts() const override { return hosts_; }
     void cancel_all() override;
 
 private:
@@ -115,6 +118,7 @@ private:
     struct query {
         resolver_impl* owner = nullptr;
         callback done;  // empty once cancel_all() has answered it
+        std::function<void(raw_result)> raw_done;  // for async_query instead
         clock_type::time_point start;
     };
 
@@ -141,6 +145,7 @@ private:
 
     static void on_sock_state(void* data, ares_socket_t fd, int readable, int writable);
     static void on_addrinfo(void* arg, int status, int timeouts, ares_addrinfo* res);
+    static void on_send(void* arg, int status, int timeouts, unsigned char* abuf, int alen);
 
     void sock_state(ares_socket_t fd, bool readable, bool writable);
     void arm(const std::shared_ptr<watch>& w);
@@ -300,10 +305,76 @@ void resolver_impl::async_resolve(std::string name, callback done) {
     deliver(std::move(done), std::move(r), start);
 }
 
+void resolver_impl::async_query(std::vector<std::uint8_t> message,
+                                std::function<void(raw_result)> done) {
+    auto post_result = [this](std::function<void(raw_result)> cb, raw_result r) {
+        net::post(ioc_, [life = std::weak_ptr<char>(life_), cb = std::move(cb),
+                         r = std::move(r)]() mutable {
+            if (!life.expired()) {
+                cb(std::move(r));
+            }
+        });
+    };
+    if (channel_ == nullptr) {
+        post_result(std::move(done), raw_result{{}, "no upstream"});
+        return;
+    }
+    if (queries_.size() >= max_queries_) {
+        post_result(std::move(done), raw_result{{}, "too many queries"});
+        return;
+    }
+    if (message.size() < 12 || message.size() > 65535) {
+        post_result(std::move(done), raw_result{{}, "bad query"});
+        return;
+    }
+    auto q = std::make_unique<query>();
+    q->owner = this;
+    q->raw_done = std::move(done);
+    q->start = clock_type::now();
+    query* arg = q.get();
+    queries_.emplace(arg, std::move(q));
+    // May call on_send before returning; the result is only posted, so that is safe.
+    ares_send(channel_, message.data(), static_cast<int>(message.size()),
+              &resolver_impl::on_send, arg);
+    arm_timer();
+}
+
+void resolver_impl::on_send(void* arg, int status, int /*timeouts*/, unsigned char* abuf,
+                            int alen) {
+    auto* q = static_cast<query*>(arg);
+    resolver_impl* self = q->owner;
+    std::function<void(raw_result)> done = std::move(q->raw_done);
+    self->queries_.erase(q);
+    if (!done || self->destroying_) {
+        return;
+    }
+    raw_result r;
+    if (status == ARES_SUCCESS && abuf != nullptr && alen > 0) {
+        r.answer.assign(abuf, abuf + alen);
+    } else {
+        r.error = describe(status);
+    }
+    net::post(self->ioc_, [life = std::weak_ptr<char>(self->life_), done = std::move(done),
+                           r = std::move(r)]() mutable {
+        if (!life.expired()) {
+            done(std::move(r));
+        }
+    });
+}
+
 void resolver_impl::cancel_all() {
     // Answer by flag first, so the outcome does not depend on what c-ares reports below
     // (it returns partial successes for half-finished A+AAAA pairs).
     for (auto& [ptr, q] : queries_) {
+        if (q->raw_done) {
+            auto raw = std::move(q->raw_done);
+            q->raw_done = nullptr;
+            net::post(ioc_, [life = std::weak_ptr<char>(life_), raw = std::move(raw)]() mutable {
+                if (!life.expired()) {
+                    raw(raw_result{{}, "cancelled"});
+                }
+            });
+        }
         if (q->done) {
             callback done = std::move(q->done);
             q->done = nullptr;

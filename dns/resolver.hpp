@@ -11,6 +11,7 @@
 
 #include "config/ip.hpp"
 #include "config/policy.hpp"
+#include "dns/hosts.hpp"
 
 namespace boost::asio {
 class io_context;
@@ -19,6 +20,11 @@ class io_context;
 namespace cordon::dns {
 
 /// What one lookup found.
+struct raw_result {
+    std::vector<std::uint8_t> answer;  ///< the upstream's DNS message, when error is empty
+    std::string error;
+};
+
 struct resolve_result {
     std::vector<config::ip_address> addresses;  ///< A and AAAA answers, IPv4 first, deduplicated
     /// Empty on success (then `addresses` is not empty). Otherwise one of: "NXDOMAIN",
@@ -63,6 +69,14 @@ public:
     /// Looks up `name` (any case, optional trailing dot). Names that are not valid host
     /// names fail with "bad name".
     virtual void async_resolve(std::string name, std::function<void(resolve_result)> done) = 0;
+    /// Sends a whole DNS query message upstream as it is (c-ares' ares_send: retries, TCP on
+    /// truncation) and hands back the upstream's whole answer message. The hosts file is
+    /// not consulted here. Errors as for async_resolve, except that an NXDOMAIN or other
+    /// rcode answer is a success: it comes back as the answer.
+    virtual void async_query(std::vector<std::uint8_t> message,
+                             std::function<void(raw_result)> done) = 0;
+    /// The hosts file this resolver reads first, for the DNS server's own answers.
+    virtual const hosts_table& hosts() const = 0;
     /// Fails every outstanding query with error "cancelled" (on shutdown). The resolver
     /// stays usable afterwards.
     virtual void cancel_all() = 0;
