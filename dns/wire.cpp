@@ -367,6 +367,43 @@ std::vector<std::uint8_t> build_error(const query& q, rcode rc) {
     return out;
 }
 
+std::vector<std::uint8_t> build_address_answer(const query& q,
+                                               std::span<const config::ip_address> addresses,
+                                               std::uint32_t ttl) {
+    query plain = q;
+    plain.has_edns = false;
+    std::vector<std::uint8_t> out = build_error(plain, rcode::noerror);
+    if (out.size() <= header_size) {
+        return build_error(q, rcode::formerr);  // no question to answer
+    }
+    std::uint16_t count = 0;
+    for (const auto& a : addresses) {
+        const bool v4 = a.is_v4();
+        if ((v4 && q.q.qtype != type_a) || (!v4 && q.q.qtype != type_aaaa)) {
+            continue;
+        }
+        put16(out, 0xC00C);  // the name: a pointer to the question
+        put16(out, q.q.qtype);
+        put16(out, class_in);
+        put32(out, ttl);
+        put16(out, v4 ? 4 : 16);
+        const auto& b = a.bytes();
+        out.insert(out.end(), b.begin(), b.begin() + (v4 ? 4 : 16));
+        ++count;
+    }
+    out[6] = static_cast<std::uint8_t>(count >> 8);
+    out[7] = static_cast<std::uint8_t>(count & 0xFF);
+    if (q.has_edns) {
+        out.push_back(0);
+        put16(out, type_opt);
+        put16(out, cordon_udp_size);
+        put32(out, q.do_bit ? 0x8000u : 0u);
+        put16(out, 0);
+        out[11] = 1;  // arcount
+    }
+    return out;
+}
+
 std::vector<std::uint8_t> build_query(std::string_view name, std::uint16_t qtype,
                                       std::uint16_t id, bool edns,
                                       std::span<const edns_option> options) {

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "config/ip.hpp"
+
 namespace cordon::dns {
 
 /// Response codes cordon sends. `badvers` (16) is an extended rcode: its upper bits travel
@@ -116,6 +118,13 @@ parse_result parse_query(std::span<const std::uint8_t> packet);
 /// (the session option is never echoed). A question name that cannot be encoded (label > 63,
 /// name > 255, empty label) is left out (qdcount 0).
 std::vector<std::uint8_t> build_error(const query& q, rcode rc);
+
+/// Builds a NOERROR answer to `q` with one A or AAAA record per address of the matching
+/// family (none when no address fits the question's type), each with `ttl`; EDNS as in
+/// build_error. For names cordon answers itself (the hosts file).
+std::vector<std::uint8_t> build_address_answer(const query& q,
+                                               std::span<const config::ip_address> addresses,
+                                               std::uint32_t ttl);
 
 /// Builds a query with RD set: `name` (a trailing dot is allowed, case kept, "" or "." is the
 /// root; labels are taken as bytes, no escapes), `qtype`, class IN, `id`, and with `edns` an

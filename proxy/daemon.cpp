@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "config/load.hpp"
+#include "proxy/dns_hook.hpp"
 #include "proxy/runtime.hpp"
 
 namespace cordon::proxy {
@@ -207,6 +208,16 @@ int run_daemon(const daemon_options& opts) {
     ropts.upstream = pol.dns.upstream;
     const config::endpoint proxy_ep = pol.listen.proxy;
     const std::optional<config::endpoint> admin_ep = pol.listen.admin;
+    const std::optional<config::endpoint> dns_ep = pol.listen.dns;
+    dns::server_options dopts;
+    if (dns_ep) {
+        dopts.listen = *dns_ep;
+        dopts.deny = pol.dns.deny;
+        dopts.cache_entries = pol.dns.cache_entries;
+        dopts.query_types = pol.dns.query_types;
+        dopts.rate_qps = pol.dns.rate_qps;
+        dopts.rate_burst = pol.dns.rate_burst;
+    }
     const std::string source = pol.source;
 
     const std::string state_dir = pol.state.path;
@@ -261,6 +272,9 @@ int run_daemon(const daemon_options& opts) {
     net::io_context control(1);
     std::vector<tcp::acceptor> proxy_acceptors;
     std::optional<tcp::acceptor> admin_acceptor;
+    dns_hook hook(rt);
+    // The resolver answers on worker 0's thread, with worker 0's c-ares channel.
+    std::unique_ptr<dns::server> dns_server;
     try {
         tcp::endpoint bind_ep = to_endpoint(proxy_ep);
         for (unsigned i = 0; i < threads; ++i) {
@@ -273,6 +287,12 @@ int run_daemon(const daemon_options& opts) {
         }
         rt.proxy_endpoint = from_endpoint(proxy_acceptors.front().local_endpoint());
         rt.self.listeners.push_back(rt.proxy_endpoint);
+        if (dns_ep) {
+            worker& w0 = *rt.workers.front();
+            dns_server = std::make_unique<dns::server>(w0.ioc, *w0.resolver, hook, dopts);
+            rt.self.listeners.push_back(dns_server->local_endpoint());
+            dns_server->start();
+        }
         if (admin_ep) {
             admin_acceptor.emplace(make_acceptor(control, to_endpoint(*admin_ep), false));
             rt.self.listeners.push_back(from_endpoint(admin_acceptor->local_endpoint()));
@@ -373,6 +393,9 @@ int run_daemon(const daemon_options& opts) {
                 const std::function<std::size_t(worker&)> stop_accepting = [&](worker& w) {
                     error_code e;
                     proxy_acceptors[w.index].close(e);
+                    if (w.index == 0 && dns_server) {
+                        dns_server->stop();
+                    }
                     return std::size_t{0};
                 };
                 co_await rt.on_workers(stop_accepting);
@@ -437,7 +460,10 @@ int run_daemon(const daemon_options& opts) {
           << (admin_acceptor ? "\"" + from_endpoint(admin_acceptor->local_endpoint()).to_string() +
                                    "\""
                              : std::string("null"))
-          << ", \"dns\": null, \"pid\": " << ::getpid() << "}\n";
+          << ", \"dns\": "
+          << (dns_server ? "\"" + dns_server->local_endpoint().to_string() + "\""
+                         : std::string("null"))
+          << ", \"pid\": " << ::getpid() << "}\n";
     std::cerr << "cordon: serving " << source << ": " << ready.str();
     if (!opts.ready_file.empty()) {
         const std::string tmp = opts.ready_file + ".tmp";
@@ -462,6 +488,7 @@ int run_daemon(const daemon_options& opts) {
             w->thread.join();
         }
     }
+    dns_server.reset();  // its sockets go while their io_context still exists
     rt.workers.clear();  // connections still suspended are destroyed while `rt` is whole
     rt.audit_log_->stop();
     std::cerr << "cordon: stopped\n";

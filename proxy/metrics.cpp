@@ -26,6 +26,17 @@ struct metrics::impl {
     prometheus::Counter& kills_network = kills.Add({{"scope", "network"}});
     prometheus::Counter& kills_session = kills.Add({{"scope", "session"}});
     prometheus::Counter& kills_credential = kills.Add({{"scope", "credential"}});
+    prometheus::Family<prometheus::Counter>& dns_queries =
+        prometheus::BuildCounter()
+            .Name("cordon_dns_queries_total")
+            .Help("DNS queries answered (allowed) or refused (denied), by job")
+            .Register(*registry);
+    prometheus::Counter& dns_rate_limited =
+        prometheus::BuildCounter()
+            .Name("cordon_dns_rate_limited_total")
+            .Help("DNS queries dropped by the per-client rate limit")
+            .Register(*registry)
+            .Add({});
     prometheus::Histogram& kill_duration =
         prometheus::BuildHistogram()
             .Name("cordon_kill_duration_seconds")
@@ -36,6 +47,15 @@ struct metrics::impl {
 };
 
 metrics::metrics() : impl_(std::make_unique<impl>()) {}
+
+void metrics::count_dns(const std::string& job, bool allowed) {
+    // Job names come from the policy, so the label set is bounded.
+    impl_->dns_queries.Add({{"job", job.empty() ? "none" : job},
+                            {"decision", allowed ? "allowed" : "denied"}})
+        .Increment();
+}
+
+void metrics::count_dns_rate_limited() { impl_->dns_rate_limited.Increment(); }
 metrics::~metrics() = default;
 
 void metrics::set_kill_switch_engaged(bool engaged) {

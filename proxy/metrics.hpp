@@ -19,6 +19,9 @@ public:
     metrics& operator=(const metrics&) = delete;
 
     void set_kill_switch_engaged(bool engaged);
+    /// A DNS query answered (allowed) or refused (denied), by job ("" when unattributed).
+    void count_dns(const std::string& job, bool allowed);
+    void count_dns_rate_limited();
     void count_kill(kill_scope scope, double seconds);
 
     /// The Prometheus text exposition of every metric.

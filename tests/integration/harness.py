@@ -563,15 +563,34 @@ class EchoOrigin:
 class FakeDNS:
     """A UDP DNS server on 127.0.0.1:<ephemeral>. `table` maps a lower-case name to
     {"A": [...], "AAAA": [...]}. A known name gets its records of the asked type (NOERROR,
-    possibly no answers); an unknown name gets NXDOMAIN. Records (name, qtype) in .queries."""
+    possibly no answers); an unknown name gets NXDOMAIN. Records (name, qtype) in .queries.
 
-    def __init__(self, table):
+    Additions (defaults keep the original behaviour):
+    - `ttl`: the TTL of every record (default 30).
+    - a table key "*.suffix" answers every name strictly below `suffix` (an exact key wins);
+    - an entry {"CNAME": "target"} answers any type with that CNAME record, followed by the
+      target's records of the asked type (chains followed through the table, at most 8);
+    - UDP answers larger than the client's size (512, or the EDNS size of the query) are
+      truncated to header + question with TC set; a query with EDNS gets an OPT back;
+    - `tcp=True` also serves DNS over TCP on the same port (no size limit);
+    - .log holds one dict per query: {name, qtype, transport ("udp"/"tcp"), edns, raw, t}."""
+
+    def __init__(self, table, ttl=30, tcp=False):
         self.table = {k.lower().rstrip("."): v for k, v in table.items()}
+        self.ttl = ttl
         self.queries = []
+        self.log = []
         self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((LOOPBACK, 0))
         self.port = self.sock.getsockname()[1]
+        self.tcp_sock = None
+        if tcp:
+            self.tcp_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.tcp_sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.tcp_sock.bind((LOOPBACK, self.port))
+            self.tcp_sock.listen(64)
+            threading.Thread(target=self._tcp_accept, daemon=True).start()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
@@ -582,7 +601,7 @@ class FakeDNS:
             except OSError:
                 return
             try:
-                resp = self._answer(data)
+                resp = self._answer(data, "udp")
             except Exception:
                 continue
             if resp:
@@ -591,10 +610,70 @@ class FakeDNS:
                 except OSError:
                     pass
 
-    def _answer(self, q):
+    def _tcp_accept(self):
+        for _ in range(1_000_000):
+            try:
+                c, _ = self.tcp_sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._tcp_serve, args=(c,), daemon=True).start()
+
+    def _tcp_serve(self, c):
+        c.settimeout(10)
+        buf = b""
+        try:
+            for _ in range(10_000):
+                while len(buf) < 2 or len(buf) < 2 + struct.unpack("!H", buf[:2])[0]:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                n = struct.unpack("!H", buf[:2])[0]
+                msg, buf = buf[2:2 + n], buf[2 + n:]
+                try:
+                    resp = self._answer(msg, "tcp")
+                except Exception:
+                    resp = None
+                if resp:
+                    c.sendall(struct.pack("!H", len(resp)) + resp)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def _lookup(self, name):
+        entry = self.table.get(name)
+        if entry is not None:
+            return entry
+        labels = name.split(".")
+        for i in range(1, len(labels)):
+            entry = self.table.get("*." + ".".join(labels[i:]))
+            if entry is not None:
+                return entry
+        return None
+
+    @staticmethod
+    def _encode_name(name):
+        out = b""
+        for label in name.rstrip(".").split("."):
+            if label:
+                b = label.encode("ascii")
+                out += bytes([len(b)]) + b
+        return out + b"\0"
+
+    def _records(self, owner_wire, entry, qtype):
+        if qtype == 1:
+            return [owner_wire + struct.pack("!HHIH", 1, 1, self.ttl, 4)
+                    + socket.inet_pton(socket.AF_INET, a) for a in entry.get("A", [])]
+        if qtype == 28:
+            return [owner_wire + struct.pack("!HHIH", 28, 1, self.ttl, 16)
+                    + socket.inet_pton(socket.AF_INET6, a) for a in entry.get("AAAA", [])]
+        return []
+
+    def _answer(self, q, transport="udp"):
         if len(q) < 12:
             return None
-        qid, flags, qd, _, _, _ = struct.unpack("!HHHHHH", q[:12])
+        qid, flags, qd, _, _, ar = struct.unpack("!HHHHHH", q[:12])
         if qd != 1:
             return None
         i = 12
@@ -609,35 +688,67 @@ class FakeDNS:
         qtype, qclass = struct.unpack("!HH", q[i:i + 4])
         question = q[12:i + 4]
         name = ".".join(labels).lower()
+        edns = None
+        rest = q[i + 4:]
+        if ar >= 1 and len(rest) >= 11 and rest[0] == 0 and rest[1:3] == b"\x00\x29":
+            edns = struct.unpack("!H", rest[3:5])[0]
         with self.lock:
             self.queries.append((name, qtype))
+            self.log.append({"name": name, "qtype": qtype, "transport": transport,
+                             "edns": edns, "raw": bytes(q), "t": time.monotonic()})
         rd = flags & 0x0100
-        entry = self.table.get(name)
+        entry = self._lookup(name)
         answers = []
         rcode = 0
         if entry is None:
             rcode = 3
-        elif qclass == 1 and qtype == 1:
-            for a in entry.get("A", []):
-                answers.append(struct.pack("!HHHIH", 0xC00C, 1, 1, 30, 4)
-                               + socket.inet_pton(socket.AF_INET, a))
-        elif qclass == 1 and qtype == 28:
-            for a in entry.get("AAAA", []):
-                answers.append(struct.pack("!HHHIH", 0xC00C, 28, 1, 30, 16)
-                               + socket.inet_pton(socket.AF_INET6, a))
+        elif qclass == 1:
+            owner, cur = b"\xc0\x0c", entry
+            for _ in range(8):
+                target = cur.get("CNAME") if cur is not None else None
+                if target is None:
+                    break
+                answers.append(owner + struct.pack("!HHIH", 5, 1, self.ttl,
+                                                   len(self._encode_name(target)))
+                               + self._encode_name(target))
+                if qtype == 5:
+                    cur = None
+                    break
+                owner, cur = self._encode_name(target), self._lookup(target.lower().rstrip("."))
+            if cur is not None:
+                answers += self._records(owner, cur, qtype)
         rflags = 0x8000 | 0x0400 | rd | 0x0080 | rcode  # QR AA RD RA rcode
-        header = struct.pack("!HHHHHH", qid, rflags, 1, len(answers), 0, 0)
-        return header + question + b"".join(answers)
+        opt = b""
+        if edns is not None:
+            opt = b"\x00" + struct.pack("!HHIH", 41, 1232, 0, 0)
+        header = struct.pack("!HHHHHH", qid, rflags, 1, len(answers), 0, 1 if opt else 0)
+        resp = header + question + b"".join(answers) + opt
+        limit = max(512, edns or 0)
+        if transport == "udp" and len(resp) > limit:
+            header = struct.pack("!HHHHHH", qid, rflags | 0x0200, 1, 0, 0, 1 if opt else 0)
+            resp = header + question + opt
+        return resp
 
     def names_queried(self):
         with self.lock:
             return {n for n, _ in self.queries}
 
+    def queries_for(self, name, qtype=None):
+        """The recorded queries (log dicts) for `name` (case and trailing dot ignored), of
+        `qtype` if given."""
+        name = name.lower().rstrip(".")
+        with self.lock:
+            return [r for r in self.log
+                    if r["name"] == name and (qtype is None or r["qtype"] == qtype)]
+
     def stop(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        for s in (self.sock, self.tcp_sock):
+            if s is None:
+                continue
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 # --------------------------------------------------------------------------------------
@@ -825,8 +936,14 @@ class Cordon:
     """One `cordon serve` in its own temp dir. `jobs_yaml` is the text of the `jobs:` mapping
     (indented by two spaces, without the `jobs:` line); `proxy_opts` the `proxy:` section."""
 
-    def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None, fsize_limit=None):
+    def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None, fsize_limit=None,
+                 listen_dns=None, dns_yaml=None):
         self.bin = binary or CORDON_BIN
+        # listen_dns: the `listen.dns` value (e.g. "127.0.0.1:0"); dns_yaml: more keys of the
+        # `dns:` section, as YAML lines indented by two spaces (e.g. "  default_job: web\n").
+        self.listen_dns = listen_dns
+        self.dns_yaml = dns_yaml or ""
+        self.dns_addr = None
         # With fsize_limit, cordon runs under RLIMIT_FSIZE (SIGXFSZ ignored): once a file it
         # writes reaches that size, further writes fail with EFBIG. That breaks the audit
         # log under a running daemon without mounts or root tricks.
@@ -860,6 +977,7 @@ class Cordon:
             "listen:\n"
             "  proxy: 127.0.0.1:0\n"
             "  admin: 127.0.0.1:0\n"
+            + (f"  dns: {self.listen_dns}\n" if self.listen_dns else "") +
             "admin:\n"
             f"  token_file: {self.token_file}\n"
             "state:\n"
@@ -868,7 +986,7 @@ class Cordon:
             f"  path: {self.audit_dir}\n"
             "dns:\n"
             f"  upstream: [\"127.0.0.1:{self.dns_port}\"]\n"
-            + proxy +
+            + self.dns_yaml + proxy +
             "jobs:\n" + jobs_yaml)
 
     def write_policy(self, jobs_yaml=None, raw_text=None):
@@ -918,6 +1036,7 @@ class Cordon:
         self.ready = ready
         self.proxy_addr = self._addr(ready["proxy"])
         self.admin_addr = self._addr(ready["admin"])
+        self.dns_addr = self._addr(ready["dns"]) if ready.get("dns") else None
         return self
 
     @staticmethod

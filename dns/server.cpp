@@ -1,0 +1,364 @@
+#include "dns/server.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <random>
+#include <unordered_map>
+
+#include "dns/resolver.hpp"
+
+namespace cordon::dns {
+namespace {
+
+namespace net = boost::asio;
+using namespace net::experimental::awaitable_operators;
+using udp = net::ip::udp;
+using tcp = net::ip::tcp;
+using error_code = boost::system::error_code;
+using steady = std::chrono::steady_clock;
+template <class T>
+using awaitable = net::awaitable<T>;
+constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
+
+constexpr std::uint32_t max_positive_ttl = 3600;
+constexpr std::uint32_t max_negative_ttl = 300;
+constexpr std::uint32_t hosts_ttl = 60;
+constexpr std::size_t max_rate_clients = 65536;
+constexpr auto tcp_idle = std::chrono::seconds(10);  // slow or idle TCP clients
+
+config::ip_address to_ip(const net::ip::address& a) {
+    if (a.is_v4()) {
+        return config::ip_address::v4(a.to_v4().to_uint());
+    }
+    return config::ip_address::v6(a.to_v6().to_bytes());
+}
+
+net::ip::address to_asio(const config::ip_address& a) {
+    if (a.is_v4()) {
+        return net::ip::address_v4(a.v4_value());
+    }
+    return net::ip::address_v6(a.bytes());
+}
+
+// The lowest TTL of an answer's records (OPT aside): how long it may be served from cache.
+std::uint32_t cache_ttl(const answer_view& a) {
+    std::uint32_t ttl = UINT32_MAX;
+    for (const auto* section : {&a.answers, &a.authority}) {
+        for (const auto& r : *section) {
+            ttl = std::min(ttl, r.ttl);
+        }
+    }
+    const bool negative = a.answers.empty();
+    if (ttl == UINT32_MAX) {
+        ttl = 60;  // no record to go by (e.g. NODATA without SOA)
+    }
+    return std::min(ttl, negative ? max_negative_ttl : max_positive_ttl);
+}
+
+}  // namespace
+
+struct server::impl : std::enable_shared_from_this<server::impl> {
+    impl(net::io_context& ioc, resolver& up, policy_hook& h, server_options o)
+        : ex(ioc.get_executor()), upstream(up), hook(h), opts(std::move(o)), udp_socket(ioc),
+          acceptor(ioc) {}
+
+    struct cache_entry {
+        std::vector<std::uint8_t> answer;
+        steady::time_point stored;
+        std::uint32_t ttl = 0;
+    };
+    struct bucket {
+        double tokens = 0;
+        steady::time_point last;
+    };
+
+    net::any_io_executor ex;
+    resolver& upstream;
+    policy_hook& hook;
+    server_options opts;
+    udp::socket udp_socket;
+    tcp::acceptor acceptor;
+    std::unordered_map<std::string, cache_entry> cache;
+    std::deque<std::string> cache_order;  // insertion order, for eviction
+    std::unordered_map<std::string, bucket> buckets;
+    std::mt19937 ids{std::random_device{}()};
+
+    bool type_served(std::uint16_t t) const {
+        return std::find(opts.query_types.begin(), opts.query_types.end(), t) !=
+               opts.query_types.end();
+    }
+
+    // Token bucket per client address: a tunnel over DNS cannot run at full speed.
+    bool within_rate(const config::ip_address& client) {
+        const std::string key(reinterpret_cast<const char*>(client.bytes().data()),
+                              client.is_v4() ? 4 : 16);
+        const auto now = steady::now();
+        if (buckets.size() >= max_rate_clients && buckets.find(key) == buckets.end()) {
+            buckets.clear();  // bounded memory; a reset only ever gives a client a full bucket
+        }
+        auto [it, fresh] = buckets.try_emplace(key);
+        bucket& b = it->second;
+        if (fresh) {
+            b.tokens = opts.rate_burst;
+        } else {
+            const double elapsed = std::chrono::duration<double>(now - b.last).count();
+            b.tokens = std::min<double>(opts.rate_burst, b.tokens + elapsed * opts.rate_qps);
+        }
+        b.last = now;
+        if (b.tokens < 1) {
+            return false;
+        }
+        b.tokens -= 1;
+        return true;
+    }
+
+    void remember(const std::string& key, std::vector<std::uint8_t> answer, std::uint32_t ttl) {
+        if (opts.cache_entries == 0 || ttl == 0) {
+            return;
+        }
+        if (cache.find(key) == cache.end()) {
+            while (cache.size() >= opts.cache_entries && !cache_order.empty()) {
+                cache.erase(cache_order.front());
+                cache_order.pop_front();
+            }
+            cache_order.push_back(key);
+        }
+        cache[key] = cache_entry{std::move(answer), steady::now(), ttl};
+    }
+
+    awaitable<raw_result> ask_upstream(std::vector<std::uint8_t> message) {
+        // Named, not a temporary (GCC 12 destroys co_await temporaries twice, PR 100611).
+        auto initiation = [this, &message](auto handler) {
+            auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+            upstream.async_query(std::move(message), [shared](raw_result r) {
+                auto hex = net::get_associated_executor(*shared);
+                net::dispatch(hex, [shared, r = std::move(r)]() mutable {
+                    (*shared)(std::move(r));
+                });
+            });
+        };
+        co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(raw_result)>(
+            initiation, net::use_awaitable);
+    }
+
+    // One query to one answer (empty: drop). `udp_limit` 0 means TCP.
+    awaitable<std::vector<std::uint8_t>> handle(std::span<const std::uint8_t> packet,
+                                                const config::ip_address& client,
+                                                bool over_udp) {
+        const parse_result pr = parse_query(packet);
+        if (pr.status == parse_status::bad) {
+            if (packet.size() < 12) {
+                co_return std::vector<std::uint8_t>{};  // not even a header: drop
+            }
+            if (pr.value.has_question) {
+                hook.answered(client, pr.value, verdict{false, "bad_request", {}, {}}, pr.error,
+                              false);
+            }
+            co_return build_error(pr.value, pr.error);
+        }
+        const query& q = pr.value;
+        if (!within_rate(client)) {
+            hook.rate_limited(client);
+            co_return std::vector<std::uint8_t>{};
+        }
+        verdict v;
+        if (!type_served(q.q.qtype)) {
+            v.reason = "qtype";
+        } else {
+            v = hook.decide(client, q);
+        }
+        if (!v.allow) {
+            const rcode rc =
+                opts.deny == config::deny_rcode::nxdomain ? rcode::nxdomain : rcode::refused;
+            hook.answered(client, q, v, rc, false);
+            co_return build_error(q, rc);
+        }
+        std::vector<std::uint8_t> answer;
+        rcode rc = rcode::noerror;
+        bool cached = false;
+        const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
+        // The hosts file first, as for the proxy's own lookups.
+        if (q.q.qtype == type_a || q.q.qtype == type_aaaa) {
+            const auto addrs = upstream.hosts().find(q.q.name);
+            if (!addrs.empty()) {
+                answer = build_address_answer(q, addrs, hosts_ttl);
+            }
+        }
+        if (answer.empty()) {
+            if (auto it = cache.find(key); it != cache.end()) {
+                const auto age = static_cast<std::uint32_t>(
+                    std::chrono::duration_cast<std::chrono::seconds>(steady::now() -
+                                                                     it->second.stored)
+                        .count());
+                if (age < it->second.ttl) {
+                    answer = rewrite_answer(it->second.answer, q.id, age);
+                    cached = !answer.empty();
+                }
+            }
+        }
+        if (answer.empty()) {
+            // A fresh query: the client's EDNS options (its session token) never go upstream.
+            std::vector<std::uint8_t> out =
+                build_query(q.q.name, q.q.qtype, static_cast<std::uint16_t>(ids()), true);
+            const raw_result r = co_await ask_upstream(std::move(out));
+            std::optional<answer_view> view;
+            if (r.error.empty()) {
+                view = parse_answer(r.answer);
+            }
+            if (!view || !answers_question(*view, q.q)) {
+                rc = rcode::servfail;
+                answer = build_error(q, rc);
+            } else {
+                rc = static_cast<rcode>(view->flags & 0xF);
+                remember(key, r.answer, cache_ttl(*view));
+                answer = rewrite_answer(r.answer, q.id, 0);
+                if (answer.empty()) {
+                    rc = rcode::servfail;
+                    answer = build_error(q, rc);
+                }
+            }
+        }
+        hook.answered(client, q, v, rc, cached);
+        if (over_udp) {
+            const std::size_t limit =
+                q.has_edns ? std::clamp<std::size_t>(q.udp_size, 512, 4096) : 512;
+            answer = truncate_for_udp(answer, limit);
+        }
+        co_return answer;
+    }
+
+    awaitable<void> udp_answer(std::vector<std::uint8_t> packet, udp::endpoint from) {
+        const config::ip_address client = to_ip(from.address());
+        std::vector<std::uint8_t> resp = co_await handle(packet, client, true);
+        if (!resp.empty() && udp_socket.is_open()) {
+            co_await udp_socket.async_send_to(net::buffer(resp), from, use_nothrow);
+        }
+    }
+
+    awaitable<void> udp_loop() {
+        auto self = shared_from_this();
+        std::vector<std::uint8_t> buf(max_message_size);
+        for (;;) {
+            udp::endpoint from;
+            auto [ec, n] = co_await udp_socket.async_receive_from(net::buffer(buf), from,
+                                                                  use_nothrow);
+            if (!udp_socket.is_open() || ec == net::error::operation_aborted) {
+                co_return;
+            }
+            if (ec) {
+                continue;  // e.g. ICMP port unreachable of an earlier answer
+            }
+            std::vector<std::uint8_t> packet(buf.begin(), buf.begin() + static_cast<long>(n));
+            net::co_spawn(ex, self->udp_answer(std::move(packet), from), net::detached);
+        }
+    }
+
+    awaitable<void> tcp_client(tcp::socket s) {
+        auto self = shared_from_this();
+        error_code ec;
+        const auto remote = s.remote_endpoint(ec);
+        if (ec) {
+            co_return;
+        }
+        const config::ip_address client = to_ip(remote.address());
+        std::vector<std::uint8_t> in;
+        std::array<std::uint8_t, 4096> chunk{};
+        net::steady_timer timer(ex);
+        for (;;) {
+            const frame_result f = next_tcp_message(in);
+            if (f.status == frame_status::bad) {
+                co_return;
+            }
+            if (f.status == frame_status::good) {
+                const std::vector<std::uint8_t> msg(f.message.begin(), f.message.end());
+                in.erase(in.begin(), in.begin() + static_cast<long>(f.consumed));
+                std::vector<std::uint8_t> resp = co_await handle(msg, client, false);
+                if (resp.empty()) {
+                    continue;
+                }
+                std::vector<std::uint8_t> framed(resp.size() + 2);
+                framed[0] = static_cast<std::uint8_t>(resp.size() >> 8);
+                framed[1] = static_cast<std::uint8_t>(resp.size() & 0xFF);
+                std::copy(resp.begin(), resp.end(), framed.begin() + 2);
+                auto [wec, wn] = co_await net::async_write(s, net::buffer(framed), use_nothrow);
+                (void)wn;
+                if (wec) {
+                    co_return;
+                }
+                continue;
+            }
+            timer.expires_after(tcp_idle);
+            auto result = co_await (s.async_read_some(net::buffer(chunk), use_nothrow) ||
+                                    timer.async_wait(use_nothrow));
+            if (result.index() == 1) {
+                co_return;  // idle
+            }
+            auto [rec, n] = std::get<0>(result);
+            if (rec) {
+                co_return;
+            }
+            in.insert(in.end(), chunk.begin(), chunk.begin() + static_cast<long>(n));
+        }
+    }
+
+    awaitable<void> tcp_loop() {
+        auto self = shared_from_this();
+        for (;;) {
+            auto [ec, s] = co_await acceptor.async_accept(use_nothrow);
+            if (!acceptor.is_open() || ec == net::error::operation_aborted) {
+                co_return;
+            }
+            if (ec) {
+                net::steady_timer backoff(ex, std::chrono::milliseconds(100));
+                co_await backoff.async_wait(use_nothrow);
+                continue;
+            }
+            net::co_spawn(ex, self->tcp_client(std::move(s)), net::detached);
+        }
+    }
+};
+
+server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
+               server_options opts)
+    : impl_(std::make_shared<impl>(ioc, upstream, hook, std::move(opts))) {
+    const net::ip::address addr = to_asio(impl_->opts.listen.address);
+    udp::endpoint uep(addr, impl_->opts.listen.port);
+    impl_->udp_socket.open(uep.protocol());
+    if (addr.is_v6()) {
+        impl_->udp_socket.set_option(net::ip::v6_only(true));
+    }
+    impl_->udp_socket.bind(uep);
+    // TCP on the same port as UDP (port 0: the one the UDP bind got).
+    tcp::endpoint tep(addr, impl_->udp_socket.local_endpoint().port());
+    impl_->acceptor.open(tep.protocol());
+    impl_->acceptor.set_option(net::socket_base::reuse_address(true));
+    if (addr.is_v6()) {
+        impl_->acceptor.set_option(net::ip::v6_only(true));
+    }
+    impl_->acceptor.bind(tep);
+    impl_->acceptor.listen();
+}
+
+server::~server() = default;
+
+config::endpoint server::local_endpoint() const {
+    const auto ep = impl_->udp_socket.local_endpoint();
+    return config::endpoint{to_ip(ep.address()), ep.port()};
+}
+
+void server::start() {
+    net::co_spawn(impl_->ex, impl_->udp_loop(), net::detached);
+    net::co_spawn(impl_->ex, impl_->tcp_loop(), net::detached);
+}
+
+void server::stop() {
+    error_code ignored;
+    impl_->udp_socket.close(ignored);
+    impl_->acceptor.close(ignored);
+}
+
+}  // namespace cordon::dns

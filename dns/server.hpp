@@ -1,0 +1,81 @@
+#pragma once
+// The allowlist-only DNS server: UDP and TCP on listen.dns. A query is answered only when
+// the asking client's job may resolve the name; denied names never reach the upstream.
+// Decisions come from the daemon through `policy_hook` (dns/ never includes proxy/).
+// Light header: Asio stays in server.cpp.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/ip.hpp"
+#include "config/policy.hpp"
+#include "dns/wire.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace cordon::dns {
+
+class resolver;
+
+/// The daemon's answer for one query.
+struct verdict {
+    bool allow = false;
+    std::string reason;   ///< the deny reason when !allow (no_rule, kill_switch, ...)
+    std::string job;      ///< the job the client was attributed to, if any
+    std::string session;  ///< the session, when attributed by its token
+};
+
+/// Implemented by the daemon. Called on the server's thread; implementations are
+/// thread-safe with respect to the rest of the daemon.
+class policy_hook {
+public:
+    virtual ~policy_hook() = default;
+    /// Attribution (sources, the EDNS session option from loopback, dns.default_job) and
+    /// the allow decision (kill switch, killed session, the job's names).
+    virtual verdict decide(const config::ip_address& client, const query& q) = 0;
+    /// After the answer went out: audit and count.
+    virtual void answered(const config::ip_address& client, const query& q, const verdict& v,
+                          rcode rc, bool cached) = 0;
+    /// A query dropped by the per-client rate limit.
+    virtual void rate_limited(const config::ip_address& client) = 0;
+};
+
+struct server_options {
+    config::endpoint listen;
+    config::deny_rcode deny = config::deny_rcode::refused;
+    std::uint32_t cache_entries = 10'000;
+    std::vector<std::uint16_t> query_types{type_a, type_aaaa, type_cname, type_https,
+                                           type_svcb};
+    std::uint32_t rate_qps = 100;
+    std::uint32_t rate_burst = 200;
+};
+
+/// One DNS listener (a UDP socket and a TCP acceptor on the same address) on one
+/// io_context, using that io_context's resolver. Not thread-safe: everything runs there.
+class server {
+public:
+    /// Binds both sockets; throws std::system_error when it cannot.
+    server(boost::asio::io_context& ioc, resolver& upstream, policy_hook& hook,
+           server_options opts);
+    ~server();
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    /// The bound address (the real port when listen.port was 0).
+    config::endpoint local_endpoint() const;
+    /// Starts serving (call once, from any thread before the io_context runs).
+    void start();
+    /// Closes the listeners (from the io_context's thread).
+    void stop();
+
+    struct impl;
+
+private:
+    std::shared_ptr<impl> impl_;
+};
+
+}  // namespace cordon::dns

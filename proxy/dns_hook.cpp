@@ -1,0 +1,125 @@
+#include "proxy/dns_hook.hpp"
+
+#include "proxy/basic_auth.hpp"
+
+namespace cordon::proxy {
+namespace {
+
+bool is_loopback(const config::ip_address& a) {
+    return a.is_v4() ? (a.v4_value() >> 24) == 127 : a == *config::parse_ip("::1");
+}
+
+std::string type_name(std::uint16_t t) {
+    switch (t) {
+        case dns::type_a: return "A";
+        case dns::type_aaaa: return "AAAA";
+        case dns::type_cname: return "CNAME";
+        case dns::type_https: return "HTTPS";
+        case dns::type_svcb: return "SVCB";
+        case dns::type_txt: return "TXT";
+        case dns::type_mx: return "MX";
+        case dns::type_ns: return "NS";
+        case dns::type_ptr: return "PTR";
+        case dns::type_soa: return "SOA";
+        case dns::type_any: return "ANY";
+        case dns::type_axfr: return "AXFR";
+        default: return "TYPE" + std::to_string(t);
+    }
+}
+
+std::string_view rcode_name(dns::rcode rc) {
+    switch (rc) {
+        case dns::rcode::noerror: return "NOERROR";
+        case dns::rcode::formerr: return "FORMERR";
+        case dns::rcode::servfail: return "SERVFAIL";
+        case dns::rcode::nxdomain: return "NXDOMAIN";
+        case dns::rcode::notimp: return "NOTIMP";
+        case dns::rcode::refused: return "REFUSED";
+        default: return "OTHER";
+    }
+}
+
+}  // namespace
+
+dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query& q) {
+    dns::verdict v;
+    if (rt_.network_killed.load(std::memory_order_acquire)) {
+        v.reason = "kill_switch";
+        return v;
+    }
+    const auto policy = rt_.policy();
+    // Attribution: a job's `sources`; else the session option the shim adds to the queries
+    // it relays (only believed from loopback, where the shim's relay connects from); else
+    // dns.default_job.
+    for (const auto& j : policy->source().jobs) {
+        for (const auto& net : j.sources) {
+            if (net.contains(client)) {
+                v.job = j.name;
+            }
+        }
+    }
+    if (v.job.empty()) {
+        for (const auto& opt : q.options) {
+            if (opt.code != dns::edns_session_option || !is_loopback(client)) {
+                continue;
+            }
+            const auto colon = opt.data.find(':');
+            if (colon == std::string::npos) {
+                v.reason = "auth";
+                return v;
+            }
+            const auth_result a =
+                rt_.sessions.authenticate(opt.data.substr(0, colon), opt.data.substr(colon + 1));
+            if (!a.ok()) {
+                v.reason = a.status == auth_status::session_killed ? "session_killed"
+                           : a.status == auth_status::bad_credentials
+                               ? "auth"
+                               : std::string(to_string(a.status));
+                if (a.status != auth_status::bad_credentials) {
+                    v.job = a.job;
+                    v.session = opt.data.substr(0, colon);
+                }
+                return v;
+            }
+            v.job = a.job;
+            v.session = opt.data.substr(0, colon);
+            break;
+        }
+    }
+    if (v.job.empty() && policy->source().dns.default_job) {
+        v.job = *policy->source().dns.default_job;
+    }
+    if (v.job.empty()) {
+        v.reason = "no_session";
+        return v;
+    }
+    const config::decision d = config::decide_dns(v.job, q.q.name, *policy);
+    v.allow = d.allowed();
+    if (!v.allow) {
+        v.reason = std::string(config::to_string(d.reason));
+    }
+    return v;
+}
+
+void dns_hook::answered(const config::ip_address& client, const dns::query& q,
+                        const dns::verdict& v, dns::rcode rc, bool cached) {
+    auto r = rt_.record(v.allow ? "dns.query" : "dns.deny");
+    if (!v.session.empty()) {
+        r.add("session", v.session);
+    }
+    if (!v.job.empty()) {
+        r.add("job", v.job);
+    }
+    r.add("client", client.to_string()).add("name", q.q.name).add("type", type_name(q.q.qtype));
+    if (v.allow) {
+        r.add("rcode", rcode_name(rc)).add("cached", cached);
+    } else {
+        r.add("reason", v.reason);
+    }
+    rt_.audit(std::move(r));
+    rt_.stats.count_dns(v.job, v.allow);
+}
+
+void dns_hook::rate_limited(const config::ip_address&) { rt_.stats.count_dns_rate_limited(); }
+
+}  // namespace cordon::proxy

@@ -1,0 +1,24 @@
+#pragma once
+// The daemon's side of the DNS server: attribution, the allow decision, audit and metrics,
+// sharing the proxy's policy, sessions and kill state.
+
+#include "dns/server.hpp"
+#include "proxy/runtime.hpp"
+
+namespace cordon::proxy {
+
+/// Thread-safe: it reads the runtime's atomics, the session registry and the audit log,
+/// which are.
+class dns_hook final : public dns::policy_hook {
+public:
+    explicit dns_hook(runtime& rt) : rt_(rt) {}
+    dns::verdict decide(const config::ip_address& client, const dns::query& q) override;
+    void answered(const config::ip_address& client, const dns::query& q,
+                  const dns::verdict& v, dns::rcode rc, bool cached) override;
+    void rate_limited(const config::ip_address& client) override;
+
+private:
+    runtime& rt_;
+};
+
+}  // namespace cordon::proxy
