@@ -3,7 +3,11 @@
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <system_error>
 #include <chrono>
 #include <deque>
 #include <random>
@@ -145,25 +149,25 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             initiation, net::use_awaitable);
     }
 
-    // One query to one answer (empty: drop). `udp_limit` 0 means TCP.
-    awaitable<std::vector<std::uint8_t>> handle(std::span<const std::uint8_t> packet,
-                                                const config::ip_address& client,
-                                                bool over_udp) {
+    // The part of answering that needs no upstream. Returns true with `out` set (empty:
+    // drop) when the query is settled here; false when it must go upstream.
+    bool answer_now(std::span<const std::uint8_t> packet, const config::ip_address& client,
+                    std::vector<std::uint8_t>& out, bool over_udp = true) {
         const parse_result pr = parse_query(packet);
         if (pr.status == parse_status::bad) {
-            if (packet.size() < 12) {
-                co_return std::vector<std::uint8_t>{};  // not even a header: drop
+            if (packet.size() >= 12) {
+                if (pr.value.has_question) {
+                    hook.answered(client, pr.value, verdict{false, "bad_request", {}, {}},
+                                  pr.error, false);
+                }
+                out = build_error(pr.value, pr.error);
             }
-            if (pr.value.has_question) {
-                hook.answered(client, pr.value, verdict{false, "bad_request", {}, {}}, pr.error,
-                              false);
-            }
-            co_return build_error(pr.value, pr.error);
+            return true;
         }
         const query& q = pr.value;
         if (!within_rate(client)) {
             hook.rate_limited(client);
-            co_return std::vector<std::uint8_t>{};
+            return true;
         }
         verdict v;
         if (!type_served(q.q.qtype)) {
@@ -175,59 +179,82 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             const rcode rc =
                 opts.deny == config::deny_rcode::nxdomain ? rcode::nxdomain : rcode::refused;
             hook.answered(client, q, v, rc, false);
-            co_return build_error(q, rc);
+            out = build_error(q, rc);
+            return true;
         }
-        std::vector<std::uint8_t> answer;
-        rcode rc = rcode::noerror;
         bool cached = false;
-        const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
         // The hosts file first, as for the proxy's own lookups.
         if (q.q.qtype == type_a || q.q.qtype == type_aaaa) {
             const auto addrs = upstream.hosts().find(q.q.name);
             if (!addrs.empty()) {
-                answer = build_address_answer(q, addrs, hosts_ttl);
+                out = build_address_answer(q, addrs, hosts_ttl);
             }
         }
-        if (answer.empty()) {
+        if (out.empty()) {
+            const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
             if (auto it = cache.find(key); it != cache.end()) {
                 const auto age = static_cast<std::uint32_t>(
                     std::chrono::duration_cast<std::chrono::seconds>(steady::now() -
                                                                      it->second.stored)
                         .count());
                 if (age < it->second.ttl) {
-                    answer = rewrite_answer(it->second.answer, q.id, age);
-                    cached = !answer.empty();
+                    out = rewrite_answer(it->second.answer, q.id, age);
+                    cached = !out.empty();
                 }
             }
         }
-        if (answer.empty()) {
-            // A fresh query: the client's EDNS options (its session token) never go upstream.
-            std::vector<std::uint8_t> out =
-                build_query(q.q.name, q.q.qtype, static_cast<std::uint16_t>(ids()), true);
-            const raw_result r = co_await ask_upstream(std::move(out));
-            std::optional<answer_view> view;
-            if (r.error.empty()) {
-                view = parse_answer(r.answer);
-            }
-            if (!view || !answers_question(*view, q.q)) {
-                rc = rcode::servfail;
-                answer = build_error(q, rc);
-            } else {
-                rc = static_cast<rcode>(view->flags & 0xF);
-                remember(key, r.answer, cache_ttl(*view));
-                answer = rewrite_answer(r.answer, q.id, 0);
-                if (answer.empty()) {
-                    rc = rcode::servfail;
-                    answer = build_error(q, rc);
-                }
-            }
+        if (out.empty()) {
+            return false;
         }
-        hook.answered(client, q, v, rc, cached);
+        hook.answered(client, q, v, static_cast<rcode>(out[3] & 0xF), cached);
+        finish(q, out, over_udp);
+        return true;
+    }
+
+    static void finish(const query& q, std::vector<std::uint8_t>& answer, bool over_udp) {
         if (over_udp) {
             const std::size_t limit =
                 q.has_edns ? std::clamp<std::size_t>(q.udp_size, 512, 4096) : 512;
             answer = truncate_for_udp(answer, limit);
         }
+    }
+
+    // One query to one answer (empty: drop), going upstream when it must.
+    awaitable<std::vector<std::uint8_t>> handle(std::span<const std::uint8_t> packet,
+                                                const config::ip_address& client,
+                                                bool over_udp) {
+        std::vector<std::uint8_t> answer;
+        if (answer_now(packet, client, answer, over_udp)) {
+            co_return answer;
+        }
+        // Allowed, not in the hosts file nor the cache. (Parsed again: cheap, and it keeps
+        // the settled path free of state carried across the suspension.)
+        const query q = parse_query(packet).value;
+        const verdict v = hook.decide(client, q);
+        const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
+        rcode rc = rcode::noerror;
+        // A fresh query: the client's EDNS options (its session token) never go upstream.
+        std::vector<std::uint8_t> out =
+            build_query(q.q.name, q.q.qtype, static_cast<std::uint16_t>(ids()), true);
+        const raw_result r = co_await ask_upstream(std::move(out));
+        std::optional<answer_view> view;
+        if (r.error.empty()) {
+            view = parse_answer(r.answer);
+        }
+        if (!view || !answers_question(*view, q.q)) {
+            rc = rcode::servfail;
+            answer = build_error(q, rc);
+        } else {
+            rc = static_cast<rcode>(view->flags & 0xF);
+            remember(key, r.answer, cache_ttl(*view));
+            answer = rewrite_answer(r.answer, q.id, 0);
+            if (answer.empty()) {
+                rc = rcode::servfail;
+                answer = build_error(q, rc);
+            }
+        }
+        hook.answered(client, q, v, rc, false);
+        finish(q, answer, over_udp);
         co_return answer;
     }
 
@@ -252,8 +279,19 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             if (ec) {
                 continue;  // e.g. ICMP port unreachable of an earlier answer
             }
-            std::vector<std::uint8_t> packet(buf.begin(), buf.begin() + static_cast<long>(n));
-            net::co_spawn(ex, self->udp_answer(std::move(packet), from), net::detached);
+            // Most answers need no upstream (denied, cached, hosts file): answer them here,
+            // with a non-blocking send; only upstream lookups get a coroutine of their own.
+            const std::span<const std::uint8_t> packet(buf.data(), n);
+            std::vector<std::uint8_t> now;
+            if (answer_now(packet, to_ip(from.address()), now)) {
+                if (!now.empty()) {
+                    error_code sec;
+                    udp_socket.send_to(net::buffer(now), from, 0, sec);
+                }
+                continue;
+            }
+            std::vector<std::uint8_t> copy(packet.begin(), packet.end());
+            net::co_spawn(ex, self->udp_answer(std::move(copy), from), net::detached);
         }
     }
 
@@ -327,9 +365,15 @@ server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
     : impl_(std::make_shared<impl>(ioc, upstream, hook, std::move(opts))) {
     const net::ip::address addr = to_asio(impl_->opts.listen.address);
     udp::endpoint uep(addr, impl_->opts.listen.port);
+    const int one = 1;
     impl_->udp_socket.open(uep.protocol());
     if (addr.is_v6()) {
         impl_->udp_socket.set_option(net::ip::v6_only(true));
+    }
+    if (impl_->opts.reuse_port &&
+        ::setsockopt(impl_->udp_socket.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
+                     sizeof one) != 0) {
+        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
     }
     impl_->udp_socket.bind(uep);
     // TCP on the same port as UDP (port 0: the one the UDP bind got).
@@ -338,6 +382,11 @@ server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
     impl_->acceptor.set_option(net::socket_base::reuse_address(true));
     if (addr.is_v6()) {
         impl_->acceptor.set_option(net::ip::v6_only(true));
+    }
+    if (impl_->opts.reuse_port &&
+        ::setsockopt(impl_->acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
+                     sizeof one) != 0) {
+        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
     }
     impl_->acceptor.bind(tep);
     impl_->acceptor.listen();

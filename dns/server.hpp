@@ -52,6 +52,9 @@ struct server_options {
                                            type_svcb};
     std::uint32_t rate_qps = 100;
     std::uint32_t rate_burst = 200;
+    /// SO_REUSEPORT: one server per thread on the same port, the kernel spreading clients
+    /// (by address and port) across them. Each has its own cache and rate buckets.
+    bool reuse_port = false;
 };
 
 /// One DNS listener (a UDP socket and a TCP acceptor on the same address) on one

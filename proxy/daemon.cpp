@@ -273,8 +273,9 @@ int run_daemon(const daemon_options& opts) {
     std::vector<tcp::acceptor> proxy_acceptors;
     std::optional<tcp::acceptor> admin_acceptor;
     dns_hook hook(rt);
-    // The resolver answers on worker 0's thread, with worker 0's c-ares channel.
-    std::unique_ptr<dns::server> dns_server;
+    // One DNS server per worker thread on the same port (SO_REUSEPORT), each with that
+    // worker's c-ares channel.
+    std::vector<std::unique_ptr<dns::server>> dns_servers;
     try {
         tcp::endpoint bind_ep = to_endpoint(proxy_ep);
         for (unsigned i = 0; i < threads; ++i) {
@@ -288,10 +289,16 @@ int run_daemon(const daemon_options& opts) {
         rt.proxy_endpoint = from_endpoint(proxy_acceptors.front().local_endpoint());
         rt.self.listeners.push_back(rt.proxy_endpoint);
         if (dns_ep) {
-            worker& w0 = *rt.workers.front();
-            dns_server = std::make_unique<dns::server>(w0.ioc, *w0.resolver, hook, dopts);
-            rt.self.listeners.push_back(dns_server->local_endpoint());
-            dns_server->start();
+            dopts.reuse_port = true;
+            for (auto& w : rt.workers) {
+                dns_servers.push_back(
+                    std::make_unique<dns::server>(w->ioc, *w->resolver, hook, dopts));
+                dopts.listen = dns_servers.back()->local_endpoint();  // port 0: share it
+            }
+            rt.self.listeners.push_back(dns_servers.front()->local_endpoint());
+            for (auto& s : dns_servers) {
+                s->start();
+            }
         }
         if (admin_ep) {
             admin_acceptor.emplace(make_acceptor(control, to_endpoint(*admin_ep), false));
@@ -393,8 +400,8 @@ int run_daemon(const daemon_options& opts) {
                 const std::function<std::size_t(worker&)> stop_accepting = [&](worker& w) {
                     error_code e;
                     proxy_acceptors[w.index].close(e);
-                    if (w.index == 0 && dns_server) {
-                        dns_server->stop();
+                    if (w.index < dns_servers.size()) {
+                        dns_servers[w.index]->stop();
                     }
                     return std::size_t{0};
                 };
@@ -461,8 +468,9 @@ int run_daemon(const daemon_options& opts) {
                                    "\""
                              : std::string("null"))
           << ", \"dns\": "
-          << (dns_server ? "\"" + dns_server->local_endpoint().to_string() + "\""
-                         : std::string("null"))
+          << (!dns_servers.empty()
+                  ? "\"" + dns_servers.front()->local_endpoint().to_string() + "\""
+                  : std::string("null"))
           << ", \"pid\": " << ::getpid() << "}\n";
     std::cerr << "cordon: serving " << source << ": " << ready.str();
     if (!opts.ready_file.empty()) {
@@ -488,7 +496,7 @@ int run_daemon(const daemon_options& opts) {
             w->thread.join();
         }
     }
-    dns_server.reset();  // its sockets go while their io_context still exists
+    dns_servers.clear();  // their sockets go while their io_contexts still exist
     rt.workers.clear();  // connections still suspended are destroyed while `rt` is whole
     rt.audit_log_->stop();
     std::cerr << "cordon: stopped\n";

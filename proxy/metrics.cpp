@@ -49,10 +49,29 @@ struct metrics::impl {
 metrics::metrics() : impl_(std::make_unique<impl>()) {}
 
 void metrics::count_dns(const std::string& job, bool allowed) {
-    // Job names come from the policy, so the label set is bounded.
-    impl_->dns_queries.Add({{"job", job.empty() ? "none" : job},
-                            {"decision", allowed ? "allowed" : "denied"}})
-        .Increment();
+    // Job names come from the policy, so the label set is bounded. Each thread keeps the
+    // counters it has used, so a query costs an atomic add, not a family lookup.
+    struct cached {
+        const metrics::impl* owner;
+        std::string job;
+        prometheus::Counter* allowed;
+        prometheus::Counter* denied;
+    };
+    thread_local std::vector<cached> seen;
+    for (const auto& c : seen) {
+        if (c.owner == impl_.get() && c.job == job) {
+            (allowed ? c.allowed : c.denied)->Increment();
+            return;
+        }
+    }
+    const std::string label = job.empty() ? "none" : job;
+    cached c{impl_.get(), job,
+             &impl_->dns_queries.Add({{"job", label}, {"decision", "allowed"}}),
+             &impl_->dns_queries.Add({{"job", label}, {"decision", "denied"}})};
+    (allowed ? c.allowed : c.denied)->Increment();
+    if (seen.size() < 1024) {
+        seen.push_back(std::move(c));
+    }
 }
 
 void metrics::count_dns_rate_limited() { impl_->dns_rate_limited.Increment(); }

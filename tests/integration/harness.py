@@ -581,16 +581,29 @@ class FakeDNS:
         self.queries = []
         self.log = []
         self.lock = threading.Lock()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((LOOPBACK, 0))
-        self.port = self.sock.getsockname()[1]
         self.tcp_sock = None
-        if tcp:
-            self.tcp_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            self.tcp_sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self.tcp_sock.bind((LOOPBACK, self.port))
-            self.tcp_sock.listen(64)
+        # With tcp, TCP must get the port UDP got; that number may be taken for TCP (even a
+        # TIME_WAIT socket blocks the bind on some kernels): then try another port.
+        for attempt in range(50):
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.sock.bind((LOOPBACK, 0))
+            self.port = self.sock.getsockname()[1]
+            if not tcp:
+                break
+            t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                t.bind((LOOPBACK, self.port))
+            except OSError:
+                t.close()
+                self.sock.close()
+                if attempt == 49:
+                    raise
+                continue
+            t.listen(64)
+            self.tcp_sock = t
             threading.Thread(target=self._tcp_accept, daemon=True).start()
+            break
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 

@@ -271,22 +271,39 @@ def udp_ask(addr, packet, timeout=2.0, src="127.0.0.1"):
         s.close()
 
 
-def tcp_read_message(s, timeout):
-    """One length-prefixed message from TCP socket s; None on EOF/reset/timeout."""
-    s.settimeout(timeout)
-    buf = b""
-    try:
-        for _ in range(10_000):
-            if len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
-                n = struct.unpack("!H", buf[:2])[0]
-                return buf[2:2 + n]
-            d = s.recv(65536)
-            if not d:
-                return None
-            buf += d
-    except (socket.timeout, ConnectionError):
+class TcpReader:
+    """Reads length-prefixed DNS messages from a TCP socket, keeping what it over-read."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    def message(self, timeout):
+        """The next message; None on EOF, reset or timeout."""
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            for _ in range(10_000):
+                if len(self.buf) >= 2:
+                    n = struct.unpack("!H", self.buf[:2])[0]
+                    if len(self.buf) >= 2 + n:
+                        msg, self.buf = self.buf[2:2 + n], self.buf[2 + n:]
+                        return msg
+                if time.monotonic() > deadline:
+                    return None
+                d = self.sock.recv(65536)
+                if not d:
+                    return None
+                self.buf += d
+        except (socket.timeout, ConnectionError):
+            return None
         return None
-    return None
+
+
+def tcp_read_message(s, timeout):
+    """One length-prefixed message from a fresh TCP socket s (for one-answer exchanges);
+    None on EOF/reset/timeout."""
+    return TcpReader(s).message(timeout)
 
 
 def hexdump(b):
@@ -443,33 +460,76 @@ class ResolverTest(DnsCase):
         self.assertEqual(got, [("alias.test", "CNAME", "a.test"), ("a.test", "A", "127.0.0.1")],
                          repr(r))
 
+    def ask_on(self, sock, name, qtype=T_A, qid=0x3300):
+        """One query over UDP on `sock` (a fixed source port); the parsed answer."""
+        sock.sendto(build_query(name, qtype, qid=qid), self.addr)
+        for _ in range(10):
+            d = sock.recv(65535)
+            m = parse_msg(d)
+            if m["id"] == qid:
+                return m
+        self.fail(f"no answer with id {qid:#x}")
+
     def test_cached_and_ttl_counts_down(self):
+        # One client socket (one source port) throughout: this is about the cache and its
+        # TTL; test_cache_shared_across_source_ports is about which clients share it.
         name = fresh("cache")
-        r1 = self.dig(name)
-        self.assert_answered(r1, "A", ["127.0.0.3"])
-        t1 = r1.answers[0]["ttl"]
-        self.assertLessEqual(t1, 300, repr(r1))
-        self.assertGreaterEqual(t1, 295, f"first answer's TTL {t1}, upstream gave 300")
-        self.assertEqual(self.upstream_count(name), 1)
-        r2 = self.dig(name)
-        self.assert_answered(r2, "A", ["127.0.0.3"])
-        self.assertLessEqual(r2.answers[0]["ttl"], t1, repr(r2))
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(3)
+        try:
+            m1 = self.ask_on(s, name, qid=0x3301)
+            self.assertEqual([a["data"] for a in m1["answers"]], ["127.0.0.3"], m1)
+            t1 = m1["answers"][0]["ttl"]
+            self.assertLessEqual(t1, 300, m1)
+            self.assertGreaterEqual(t1, 295, f"first answer's TTL {t1}, upstream gave 300")
+            self.assertEqual(self.upstream_count(name), 1)
+            m2 = self.ask_on(s, name, qid=0x3302)
+            self.assertEqual([a["data"] for a in m2["answers"]], ["127.0.0.3"], m2)
+            self.assertLessEqual(m2["answers"][0]["ttl"], t1, m2)
+            self.assertEqual(self.upstream_count(name), 1,
+                             "a second identical query reached the upstream (not cached)")
+            time.sleep(2.1)
+            m3 = self.ask_on(s, name, qid=0x3303)
+            self.assertEqual([a["data"] for a in m3["answers"]], ["127.0.0.3"], m3)
+            t3 = m3["answers"][0]["ttl"]
+            self.assertLessEqual(t3, t1 - 1, f"TTL did not count down: {t1} then {t3} 2 s later")
+            self.assertGreaterEqual(t3, t1 - 5, f"TTL fell too fast: {t1} then {t3} 2 s later")
+            self.assertEqual(self.upstream_count(name), 1, "cached answer not used after 2 s")
+        finally:
+            s.close()
+
+    def test_cache_shared_across_source_ports(self):
+        # Stub resolvers use a new source port per query (dig does too): a repeated question
+        # from the same client must still come from the cache, over UDP and TCP alike.
+        name = fresh("shared")
+        self.assert_answered(self.dig(name), "A", ["127.0.0.3"])
+        ttls = []
+        for i in range(6):
+            r = self.dig(name, tcp=(i % 3 == 2))
+            self.assert_answered(r, "A", ["127.0.0.3"])
+            ttls.append(r.answers[0]["ttl"])
         self.assertEqual(self.upstream_count(name), 1,
-                         "a second identical query reached the upstream (not cached)")
-        time.sleep(2.1)
-        r3 = self.dig(name)
-        self.assert_answered(r3, "A", ["127.0.0.3"])
-        t3 = r3.answers[0]["ttl"]
-        self.assertLessEqual(t3, t1 - 1, f"TTL did not count down: {t1} then {t3} 2 s later")
-        self.assertGreaterEqual(t3, t1 - 5, f"TTL fell too fast: {t1} then {t3} 2 s later")
-        self.assertEqual(self.upstream_count(name), 1, "cached answer not used after 2 s")
+                         f"7 identical queries (new source port each, 2 over TCP) made "
+                         f"{self.upstream_count(name)} upstream queries; TTLs seen {ttls} "
+                         "(300 = fresh from upstream): the cache is not shared by all of the "
+                         "client's queries")
 
     def test_names_case_insensitive_with_trailing_dot(self):
         for n in ("A.TEST.", "a.test", "a.test.", "A.Test"):
             self.assert_answered(self.dig(n), "A", ["127.0.0.1"], f"{n}:")
         name = fresh("mixed")
-        self.assert_answered(self.dig(name.upper() + "."), "A", ["127.0.0.3"])
-        self.assert_answered(self.dig(name), "A", ["127.0.0.3"])
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(3)
+        try:  # one source port: only the case differs
+            m1 = self.ask_on(s, name.upper() + ".", qid=0x3401)
+            m2 = self.ask_on(s, name, qid=0x3402)
+        finally:
+            s.close()
+        for m in (m1, m2):
+            self.assertEqual(RCODES.get(m["rcode"]), "NOERROR", m)
+            self.assertEqual([a["data"] for a in m["answers"]], ["127.0.0.3"], m)
         self.assertEqual(self.upstream_count(name), 1,
                          "the same name in another case was asked upstream again (cache key "
                          "not case-insensitive)")
@@ -589,8 +649,9 @@ class ResolverTest(DnsCase):
             msgs = [build_query(n, T_A, qid=0x1100 + i) for i, n in enumerate(names)]
             s.sendall(b"".join(struct.pack("!H", len(m)) + m for m in msgs))
             got = {}
+            reader = TcpReader(s)
             for _ in range(2):
-                resp = tcp_read_message(s, 5)
+                resp = reader.message(5)
                 self.assertIsNotNone(resp, f"answers so far: {got}")
                 m = parse_msg(resp)
                 got[m["id"]] = m
@@ -974,6 +1035,40 @@ class RateLimitTest(DnsCase):
         # The bucket refills.
         time.sleep(1.2)
         self.assert_answered(self.dig(fresh("rl-after")), "A", ["127.0.0.3"], "after 1.2 s:")
+
+    def test_rate_limit_is_per_client_address(self):
+        # The same flood from one address but 50 source ports (a DNS tunnel need not reuse
+        # its port): the address's bucket (burst 5, 5/s) bounds it, whatever socket or
+        # listener thread each query lands on. Client 127.0.0.3 is used by no other test.
+        names = [fresh(f"rp{i}") for i in range(50)]
+        socks = []
+        try:
+            for _ in names:
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.bind(("127.0.0.3", 0))
+                socks.append(s)
+            t0 = time.monotonic()
+            for i, (s, n) in enumerate(zip(socks, names)):
+                s.sendto(build_query(n, T_A, qid=0xA000 + i), self.addr)
+            sent_in = time.monotonic() - t0
+            time.sleep(1.0)
+            answered = 0
+            for s in socks:
+                s.setblocking(False)
+                try:
+                    s.recv(65535)
+                    answered += 1
+                except BlockingIOError:
+                    pass
+        finally:
+            for s in socks:
+                s.close()
+        bound = 5 + int(5 * sent_in) + 1
+        self.assertGreaterEqual(answered, 1, "nothing answered: the burst should pass")
+        self.assertLessEqual(answered, bound,
+                             f"{answered} of 50 queries from 127.0.0.3 (50 source ports, sent "
+                             f"in {sent_in * 1000:.0f} ms) answered; burst 5 + 5/s allows "
+                             f"{bound}: the limit is not per client address")
 
 
 if __name__ == "__main__":
