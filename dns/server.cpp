@@ -10,6 +10,7 @@
 #include <system_error>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <random>
 #include <unordered_map>
 
@@ -65,11 +66,7 @@ std::uint32_t cache_ttl(const answer_view& a) {
 
 }  // namespace
 
-struct server::impl : std::enable_shared_from_this<server::impl> {
-    impl(net::io_context& ioc, resolver& up, policy_hook& h, server_options o)
-        : ex(ioc.get_executor()), upstream(up), hook(h), opts(std::move(o)), udp_socket(ioc),
-          acceptor(ioc) {}
-
+struct server::tables {
     struct cache_entry {
         std::vector<std::uint8_t> answer;
         steady::time_point stored;
@@ -79,16 +76,27 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         double tokens = 0;
         steady::time_point last;
     };
+    std::mutex mu;  // held only for a map lookup or update, never across I/O
+    std::unordered_map<std::string, cache_entry> cache;
+    std::deque<std::string> cache_order;  // insertion order, for eviction
+    std::unordered_map<std::string, bucket> buckets;
+};
+
+std::shared_ptr<server::tables> server::make_tables() { return std::make_shared<tables>(); }
+
+struct server::impl : std::enable_shared_from_this<server::impl> {
+    impl(net::io_context& ioc, resolver& up, policy_hook& h, server_options o,
+         std::shared_ptr<tables> t)
+        : ex(ioc.get_executor()), upstream(up), hook(h), opts(std::move(o)),
+          shared(std::move(t)), udp_socket(ioc), acceptor(ioc) {}
 
     net::any_io_executor ex;
     resolver& upstream;
     policy_hook& hook;
     server_options opts;
+    std::shared_ptr<tables> shared;
     udp::socket udp_socket;
     tcp::acceptor acceptor;
-    std::unordered_map<std::string, cache_entry> cache;
-    std::deque<std::string> cache_order;  // insertion order, for eviction
-    std::unordered_map<std::string, bucket> buckets;
     std::mt19937 ids{std::random_device{}()};
 
     bool type_served(std::uint16_t t) const {
@@ -101,11 +109,13 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         const std::string key(reinterpret_cast<const char*>(client.bytes().data()),
                               client.is_v4() ? 4 : 16);
         const auto now = steady::now();
+        std::lock_guard lock(shared->mu);
+        auto& buckets = shared->buckets;
         if (buckets.size() >= max_rate_clients && buckets.find(key) == buckets.end()) {
             buckets.clear();  // bounded memory; a reset only ever gives a client a full bucket
         }
         auto [it, fresh] = buckets.try_emplace(key);
-        bucket& b = it->second;
+        tables::bucket& b = it->second;
         if (fresh) {
             b.tokens = opts.rate_burst;
         } else {
@@ -124,6 +134,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         if (opts.cache_entries == 0 || ttl == 0) {
             return;
         }
+        std::lock_guard lock(shared->mu);
+        auto& cache = shared->cache;
+        auto& cache_order = shared->cache_order;
         if (cache.find(key) == cache.end()) {
             while (cache.size() >= opts.cache_entries && !cache_order.empty()) {
                 cache.erase(cache_order.front());
@@ -131,18 +144,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             }
             cache_order.push_back(key);
         }
-        cache[key] = cache_entry{std::move(answer), steady::now(), ttl};
+        cache[key] = tables::cache_entry{std::move(answer), steady::now(), ttl};
     }
 
     awaitable<raw_result> ask_upstream(std::vector<std::uint8_t> message) {
         // Named, not a temporary (GCC 12 destroys co_await temporaries twice, PR 100611).
         auto initiation = [this, &message](auto handler) {
-            auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-            upstream.async_query(std::move(message), [shared](raw_result r) {
-                auto hex = net::get_associated_executor(*shared);
-                net::dispatch(hex, [shared, r = std::move(r)]() mutable {
-                    (*shared)(std::move(r));
-                });
+            auto h = std::make_shared<decltype(handler)>(std::move(handler));
+            upstream.async_query(std::move(message), [h](raw_result r) {
+                auto hex = net::get_associated_executor(*h);
+                net::dispatch(hex, [h, r = std::move(r)]() mutable { (*h)(std::move(r)); });
             });
         };
         co_return co_await net::async_initiate<const net::use_awaitable_t<>&, void(raw_result)>(
@@ -192,7 +203,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         }
         if (out.empty()) {
             const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
-            if (auto it = cache.find(key); it != cache.end()) {
+            std::lock_guard lock(shared->mu);
+            if (auto it = shared->cache.find(key); it != shared->cache.end()) {
                 const auto age = static_cast<std::uint32_t>(
                     std::chrono::duration_cast<std::chrono::seconds>(steady::now() -
                                                                      it->second.stored)
@@ -361,8 +373,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 };
 
 server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
-               server_options opts)
-    : impl_(std::make_shared<impl>(ioc, upstream, hook, std::move(opts))) {
+               server_options opts, std::shared_ptr<tables> shared)
+    : impl_(std::make_shared<impl>(ioc, upstream, hook, std::move(opts),
+                                   shared ? std::move(shared) : make_tables())) {
     const net::ip::address addr = to_asio(impl_->opts.listen.address);
     udp::endpoint uep(addr, impl_->opts.listen.port);
     const int one = 1;

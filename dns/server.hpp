@@ -61,9 +61,15 @@ struct server_options {
 /// io_context, using that io_context's resolver. Not thread-safe: everything runs there.
 class server {
 public:
+    /// The answer cache and the per-client rate buckets, shared (under a mutex) by the
+    /// servers of every thread, so a client's limit and a cached answer do not depend on
+    /// which thread the kernel handed its packet to.
+    struct tables;
+    static std::shared_ptr<tables> make_tables();
+
     /// Binds both sockets; throws std::system_error when it cannot.
     server(boost::asio::io_context& ioc, resolver& upstream, policy_hook& hook,
-           server_options opts);
+           server_options opts, std::shared_ptr<tables> shared);
     ~server();
     server(const server&) = delete;
     server& operator=(const server&) = delete;

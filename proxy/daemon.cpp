@@ -290,9 +290,10 @@ int run_daemon(const daemon_options& opts) {
         rt.self.listeners.push_back(rt.proxy_endpoint);
         if (dns_ep) {
             dopts.reuse_port = true;
+            const auto tables = dns::server::make_tables();
             for (auto& w : rt.workers) {
                 dns_servers.push_back(
-                    std::make_unique<dns::server>(w->ioc, *w->resolver, hook, dopts));
+                    std::make_unique<dns::server>(w->ioc, *w->resolver, hook, dopts, tables));
                 dopts.listen = dns_servers.back()->local_endpoint();  // port 0: share it
             }
             rt.self.listeners.push_back(dns_servers.front()->local_endpoint());
