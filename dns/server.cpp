@@ -180,11 +180,10 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             hook.rate_limited(client);
             return true;
         }
-        verdict v;
-        if (!type_served(q.q.qtype)) {
+        verdict v = hook.decide(client, q);
+        if (v.allow && !type_served(q.q.qtype)) {
+            v.allow = false;
             v.reason = "qtype";
-        } else {
-            v = hook.decide(client, q);
         }
         if (!v.allow) {
             const rcode rc =
@@ -239,8 +238,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         if (answer_now(packet, client, answer, over_udp)) {
             co_return answer;
         }
-        // Allowed, not in the hosts file nor the cache. (Parsed again: cheap, and it keeps
-        // the settled path free of state carried across the suspension.)
+        co_return co_await go_upstream(packet, client, over_udp);
+    }
+
+    // The rest of handle(): a query answer_now() found allowed but not answerable locally.
+    // (Parsed again: cheap, and no state is carried across the suspension; the rate token
+    // was taken by answer_now().)
+    awaitable<std::vector<std::uint8_t>> go_upstream(std::span<const std::uint8_t> packet,
+                                                     const config::ip_address& client,
+                                                     bool over_udp) {
+        std::vector<std::uint8_t> answer;
         const query q = parse_query(packet).value;
         const verdict v = hook.decide(client, q);
         const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
@@ -272,7 +279,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
     awaitable<void> udp_answer(std::vector<std::uint8_t> packet, udp::endpoint from) {
         const config::ip_address client = to_ip(from.address());
-        std::vector<std::uint8_t> resp = co_await handle(packet, client, true);
+        std::vector<std::uint8_t> resp = co_await go_upstream(packet, client, true);
         if (!resp.empty() && udp_socket.is_open()) {
             co_await udp_socket.async_send_to(net::buffer(resp), from, use_nothrow);
         }
@@ -372,6 +379,35 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     }
 };
 
+// Binds the UDP socket and the TCP acceptor of `im` on one address and port.
+void bind_both(server::impl& im, const udp::endpoint& uep, const net::ip::address& addr,
+               int one) {
+    im.udp_socket.open(uep.protocol());
+    if (addr.is_v6()) {
+        im.udp_socket.set_option(net::ip::v6_only(true));
+    }
+    if (im.opts.reuse_port &&
+        ::setsockopt(im.udp_socket.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
+                     sizeof one) != 0) {
+        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
+    }
+    im.udp_socket.bind(uep);
+    // TCP on the same port as UDP (port 0: the one the UDP bind got).
+    tcp::endpoint tep(addr, im.udp_socket.local_endpoint().port());
+    im.acceptor.open(tep.protocol());
+    im.acceptor.set_option(net::socket_base::reuse_address(true));
+    if (addr.is_v6()) {
+        im.acceptor.set_option(net::ip::v6_only(true));
+    }
+    if (im.opts.reuse_port &&
+        ::setsockopt(im.acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
+                     sizeof one) != 0) {
+        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
+    }
+    im.acceptor.bind(tep);
+    im.acceptor.listen();
+}
+
 server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
                server_options opts, std::shared_ptr<tables> shared)
     : impl_(std::make_shared<impl>(ioc, upstream, hook, std::move(opts),
@@ -379,30 +415,21 @@ server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
     const net::ip::address addr = to_asio(impl_->opts.listen.address);
     udp::endpoint uep(addr, impl_->opts.listen.port);
     const int one = 1;
-    impl_->udp_socket.open(uep.protocol());
-    if (addr.is_v6()) {
-        impl_->udp_socket.set_option(net::ip::v6_only(true));
+    // Port 0: UDP picks a free port and TCP must get the same one; a TCP socket lingering
+    // in TIME-WAIT there can refuse it, so try a few ports.
+    for (int attempt = 0;; ++attempt) {
+        try {
+            bind_both(*impl_, uep, addr, one);
+            break;
+        } catch (const std::system_error&) {
+            if (impl_->opts.listen.port != 0 || attempt >= 20) {
+                throw;
+            }
+            error_code ignored;
+            impl_->udp_socket.close(ignored);
+            impl_->acceptor.close(ignored);
+        }
     }
-    if (impl_->opts.reuse_port &&
-        ::setsockopt(impl_->udp_socket.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
-                     sizeof one) != 0) {
-        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
-    }
-    impl_->udp_socket.bind(uep);
-    // TCP on the same port as UDP (port 0: the one the UDP bind got).
-    tcp::endpoint tep(addr, impl_->udp_socket.local_endpoint().port());
-    impl_->acceptor.open(tep.protocol());
-    impl_->acceptor.set_option(net::socket_base::reuse_address(true));
-    if (addr.is_v6()) {
-        impl_->acceptor.set_option(net::ip::v6_only(true));
-    }
-    if (impl_->opts.reuse_port &&
-        ::setsockopt(impl_->acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
-                     sizeof one) != 0) {
-        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
-    }
-    impl_->acceptor.bind(tep);
-    impl_->acceptor.listen();
 }
 
 server::~server() = default;
