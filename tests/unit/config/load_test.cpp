@@ -528,7 +528,8 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
         {"admin.tls", with_top("admin: { token_file: /x, tls: { cert: /c, key: /k, bogus: 1 } }"),
          3, 52, "admin.tls", "unknown key 'bogus' (expected one of: cert, key, client_ca)"},
         {"dns", with_top("dns: { bogus: 1 }"), 3, 8, "dns",
-         "unknown key 'bogus' (expected one of: upstream, deny_rcode, default_job)"},
+         "unknown key 'bogus' (expected one of: upstream, deny_rcode, default_job, "
+         "cache_entries, query_types, rate_limit)"},
         {"state", with_top("state: { bogus: 1 }"), 3, 10, "state",
          "unknown key 'bogus' (expected one of: path)"},
         {"audit", with_top("audit: { bogus: 1 }"), 3, 10, "audit",
@@ -1651,4 +1652,25 @@ TEST_CASE("load: nesting too deep is named as such", "[load]") {
     const load_result r = load_policy(std::string(10000, '['), "t.yaml");
     REQUIRE(r.errors.size() == 1);
     CHECK_THAT(r.errors[0].message, Catch::Contains("nested too deeply"));
+}
+
+TEST_CASE("load: dns resolver keys", "[load]") {
+    const load_result r = load_policy(
+        "listen: { proxy: 127.0.0.1:3128, dns: 127.0.0.1:5353 }\n"
+        "dns: { cache_entries: 50, query_types: [A, TXT], rate_limit: { qps: 5, burst: 7 } }\n"
+        "jobs: {}\n",
+        "t.yaml");
+    REQUIRE(r.ok());
+    CHECK(r.value->dns.cache_entries == 50);
+    CHECK(r.value->dns.query_types == std::vector<std::uint16_t>{1, 16});
+    CHECK(r.value->dns.rate_qps == 5);
+    CHECK(r.value->dns.rate_burst == 7);
+
+    const load_result bad = load_policy(
+        "listen: { proxy: 127.0.0.1:3128 }\n"
+        "dns: { query_types: [A, ANY, BOGUS], rate_limit: { qps: 0, bogus: 1 } }\njobs: {}\n",
+        "t.yaml");
+    REQUIRE(bad.errors.size() == 4);
+    CHECK_THAT(bad.errors[0].message, Catch::Contains("dns.query_types[1]: 'ANY'"));
+    CHECK_THAT(bad.errors[1].message, Catch::Contains("dns.query_types[2]: 'BOGUS'"));
 }
