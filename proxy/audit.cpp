@@ -227,8 +227,28 @@ audit_record& audit_record::put(std::string_view key, std::string json) {
     return *this;
 }
 
+namespace {
+
+// Field names are a small fixed set (they are written in the code); remember each verdict
+// so a record does not re-derive it per field on the hot path (DNS writes one per query).
+bool secret_key(std::string_view key) {
+    thread_local std::vector<std::pair<std::string, bool>> memo;
+    for (const auto& [k, v] : memo) {
+        if (k == key) {
+            return v;
+        }
+    }
+    const bool v = secret_field_name(key);
+    if (memo.size() < 64) {
+        memo.emplace_back(key, v);
+    }
+    return v;
+}
+
+}  // namespace
+
 audit_record& audit_record::add(std::string_view key, std::string_view value) {
-    if (secret_field_name(key)) {
+    if (secret_key(key)) {
         return put(key, json_string(value.empty() ? std::string_view{} : redacted));
     }
     std::string clean = url_key(key) ? redact_text(redact_url(value)) : redact_text(value);
@@ -244,21 +264,21 @@ audit_record& audit_record::add(std::string_view key, const char* value) {
 }
 
 audit_record& audit_record::add(std::string_view key, std::int64_t value) {
-    if (secret_field_name(key)) {
+    if (secret_key(key)) {
         return put(key, json_string(redacted));
     }
     return put(key, std::to_string(value));
 }
 
 audit_record& audit_record::add(std::string_view key, std::uint64_t value) {
-    if (secret_field_name(key)) {
+    if (secret_key(key)) {
         return put(key, json_string(redacted));
     }
     return put(key, std::to_string(value));
 }
 
 audit_record& audit_record::add(std::string_view key, double value) {
-    if (secret_field_name(key)) {
+    if (secret_key(key)) {
         return put(key, json_string(redacted));
     }
     if (!std::isfinite(value)) {
@@ -273,7 +293,7 @@ audit_record& audit_record::add(std::string_view key, double value) {
 }
 
 audit_record& audit_record::add(std::string_view key, bool value) {
-    if (secret_field_name(key)) {
+    if (secret_key(key)) {
         return put(key, json_string(redacted));
     }
     return put(key, value ? "true" : "false");
