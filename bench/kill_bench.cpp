@@ -63,6 +63,8 @@
 #include <string_view>
 #include <vector>
 
+#include "proxy/basic_auth.hpp"
+
 namespace {
 
 using steady = std::chrono::steady_clock;
@@ -107,32 +109,6 @@ sockaddr_in addr_of(const std::string& hostport) {
         fail("not an IPv4 address: " + hostport);
     }
     return a;
-}
-
-std::string base64(const std::string& in) {
-    static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    std::size_t i = 0;
-    for (; i + 2 < in.size(); i += 3) {
-        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                           (static_cast<unsigned char>(in[i + 1]) << 8) |
-                           static_cast<unsigned char>(in[i + 2]);
-        out += t[v >> 18];
-        out += t[(v >> 12) & 63];
-        out += t[(v >> 6) & 63];
-        out += t[v & 63];
-    }
-    if (i < in.size()) {
-        unsigned v = static_cast<unsigned char>(in[i]) << 16;
-        if (i + 1 < in.size()) {
-            v |= static_cast<unsigned char>(in[i + 1]) << 8;
-        }
-        out += t[v >> 18];
-        out += t[(v >> 12) & 63];
-        out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
-        out += '=';
-    }
-    return out;
 }
 
 void set_nodelay(int fd) {
@@ -316,7 +292,8 @@ void bench::load_sessions() {
         ids_.push_back(line.substr(0, colon));
         const std::string target = o_.target_name + ":" + std::to_string(o_.sink_port);
         connect_req_.push_back("CONNECT " + target + " HTTP/1.1\r\nHost: " + target +
-                               "\r\nProxy-Authorization: Basic " + base64(line) + "\r\n\r\n");
+                               "\r\nProxy-Authorization: Basic " +
+                               cordon::proxy::base64_encode(line) + "\r\n\r\n");
     }
     if (ids_.empty()) {
         fail("no SESSION_ID:TOKEN line in " + o_.sessions_file);

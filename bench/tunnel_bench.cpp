@@ -29,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "proxy/basic_auth.hpp"
+
 namespace {
 
 using steady = std::chrono::steady_clock;
@@ -70,36 +72,11 @@ int connect_to(const sockaddr_in& a) {
     return fd;
 }
 
-std::string base64(const std::string& in) {
-    static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    std::size_t i = 0;
-    for (; i + 2 < in.size(); i += 3) {
-        const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                           (static_cast<unsigned char>(in[i + 1]) << 8) |
-                           static_cast<unsigned char>(in[i + 2]);
-        out += t[v >> 18];
-        out += t[(v >> 12) & 63];
-        out += t[(v >> 6) & 63];
-        out += t[v & 63];
-    }
-    if (i < in.size()) {
-        unsigned v = static_cast<unsigned char>(in[i]) << 16;
-        if (i + 1 < in.size()) {
-            v |= static_cast<unsigned char>(in[i + 1]) << 8;
-        }
-        out += t[v >> 18];
-        out += t[(v >> 12) & 63];
-        out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
-        out += '=';
-    }
-    return out;
-}
-
 // Sends CONNECT and reads the proxy's answer head; exits unless it is 200.
 void proxy_connect(int fd, const std::string& target, const std::string& auth) {
     const std::string req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target +
-                            "\r\nProxy-Authorization: Basic " + base64(auth) + "\r\n\r\n";
+                            "\r\nProxy-Authorization: Basic " +
+                            cordon::proxy::base64_encode(auth) + "\r\n\r\n";
     if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
         die("send CONNECT");
     }

@@ -17,6 +17,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "dns/asio_address.hpp"
 #include "dns/resolver.hpp"
 
 namespace cordon::dns {
@@ -37,20 +38,6 @@ constexpr std::uint32_t max_negative_ttl = 300;
 constexpr std::uint32_t hosts_ttl = 60;
 constexpr std::size_t max_rate_clients = 65536;
 constexpr auto tcp_idle = std::chrono::seconds(10);  // slow or idle TCP clients
-
-config::ip_address to_ip(const net::ip::address& a) {
-    if (a.is_v4()) {
-        return config::ip_address::v4(a.to_v4().to_uint());
-    }
-    return config::ip_address::v6(a.to_v6().to_bytes());
-}
-
-net::ip::address to_asio(const config::ip_address& a) {
-    if (a.is_v4()) {
-        return net::ip::address_v4(a.v4_value());
-    }
-    return net::ip::address_v6(a.bytes());
-}
 
 // The lowest TTL of an answer's records (OPT aside): how long it may be served from cache.
 std::uint32_t cache_ttl(const answer_view& a) {

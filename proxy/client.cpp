@@ -7,6 +7,7 @@
 
 #include "config/classify.hpp"
 #include "config/host.hpp"
+#include "dns/asio_address.hpp"
 #include "proxy/basic_auth.hpp"
 #include "proxy/client_hello.hpp"
 #include "proxy/relay.hpp"
@@ -21,25 +22,13 @@ using namespace net::experimental::awaitable_operators;
 using config::deny_reason;
 using config::request_kind;
 using steady = std::chrono::steady_clock;
+using dns::to_asio;
+using dns::to_ip;
 
 std::string endpoint_text(const tcp::endpoint& ep) {
     const auto a = ep.address();
     return a.is_v6() ? "[" + a.to_string() + "]:" + std::to_string(ep.port())
                      : a.to_string() + ":" + std::to_string(ep.port());
-}
-
-config::ip_address to_ip(const net::ip::address& a) {
-    if (a.is_v4()) {
-        return config::ip_address::v4(a.to_v4().to_uint());
-    }
-    return config::ip_address::v6(a.to_v6().to_bytes());
-}
-
-net::ip::address to_asio(const config::ip_address& a) {
-    if (a.is_v4()) {
-        return net::ip::address_v4(a.v4_value());
-    }
-    return net::ip::address_v6(a.bytes());
 }
 
 std::string_view deny_name(deny_reason r) { return config::to_string(r); }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "config/load.hpp"
+#include "dns/asio_address.hpp"
 #include "proxy/dns_hook.hpp"
 #include "proxy/runtime.hpp"
 
@@ -50,22 +51,10 @@ std::vector<config::ip_address> local_addresses() {
     return out;
 }
 
-tcp::endpoint to_endpoint(const config::endpoint& e) {
-    if (e.address.is_v4()) {
-        return {net::ip::address_v4(e.address.v4_value()), e.port};
-    }
-    return {net::ip::address_v6(e.address.bytes()), e.port};
-}
+tcp::endpoint to_endpoint(const config::endpoint& e) { return {dns::to_asio(e.address), e.port}; }
 
 config::endpoint from_endpoint(const tcp::endpoint& e) {
-    config::endpoint out;
-    out.port = e.port();
-    if (e.address().is_v4()) {
-        out.address = config::ip_address::v4(e.address().to_v4().to_uint());
-    } else {
-        out.address = config::ip_address::v6(e.address().to_v6().to_bytes());
-    }
-    return out;
+    return config::endpoint{dns::to_ip(e.address()), e.port()};
 }
 
 tcp::acceptor make_acceptor(net::io_context& ioc, const tcp::endpoint& ep, bool reuse_port) {

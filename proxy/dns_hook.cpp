@@ -1,12 +1,12 @@
 #include "proxy/dns_hook.hpp"
 
-#include "proxy/basic_auth.hpp"
+#include "config/classify.hpp"
 
 namespace cordon::proxy {
 namespace {
 
 bool is_loopback(const config::ip_address& a) {
-    return a.is_v4() ? (a.v4_value() >> 24) == 127 : a == *config::parse_ip("::1");
+    return config::classify(a).cls == config::ip_class::loopback;
 }
 
 std::string type_name(std::uint16_t t) {

@@ -1,5 +1,6 @@
 #include "proxy/runtime.hpp"
 
+#include "config/classify.hpp"
 #include "config/load.hpp"
 
 namespace cordon::proxy {
@@ -14,7 +15,7 @@ bool self_addresses::is_self(const config::ip_address& a, std::uint16_t port) co
         }
         const bool wildcard = l.address.bytes() == std::array<std::uint8_t, 16>{};
         if (wildcard) {
-            if (a.is_v4() ? (a.v4_value() >> 24) == 127 : a == *config::parse_ip("::1")) {
+            if (config::classify(a).cls == config::ip_class::loopback) {
                 return true;
             }
             for (const auto& local_addr : local) {
