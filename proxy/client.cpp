@@ -198,6 +198,7 @@ private:
         r.add("reason", deny_name(reason)).add("target", target).add("status",
                                                                     std::int64_t{status});
         rt_.audit(std::move(r));
+        rt_.denied(denial{job, session, deny_name(reason), target, kind_name()});
         const std::string msg = message.empty() ? std::string(explain(reason)) : std::string(message);
         const std::string resp = deny_response(status, deny_name(reason), job, target, msg);
         co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
@@ -212,6 +213,10 @@ private:
         const std::string resp = deny_response(status, "", job, target, message);
         co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
         shutdown_client();
+    }
+
+    std::string_view kind_name() const {
+        return kind == request_kind::connect ? "connect" : "http";
     }
 
     void shutdown_client() {
@@ -641,6 +646,8 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
                 r.add("sni", h.sni);
             }
             rt_.audit(std::move(r));
+            rt_.denied(denial{job, session, deny_name(deny_reason::sni_mismatch), target_text,
+                              kind_name()});
             error_code ignored;
             upstream_.socket().close(ignored);
             shutdown_client();

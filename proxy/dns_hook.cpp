@@ -117,6 +117,9 @@ void dns_hook::answered(const config::ip_address& client, const dns::query& q,
         r.add("reason", v.reason);
     }
     rt_.audit(std::move(r));
+    if (!v.allow) {
+        rt_.denied(denial{v.job, v.session, v.reason, q.q.name, "dns"});
+    }
     rt_.stats.count_dns(v.job, v.allow);
 }
 

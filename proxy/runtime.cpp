@@ -37,6 +37,11 @@ bool runtime::audit(audit_record&& r) {
 
 bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_->healthy(); }
 
+void runtime::denied(const denial& d) {
+    // Observers (metrics, the denial table, the webhook) join here.
+    static_cast<void>(d);
+}
+
 std::shared_ptr<session_usage> runtime::usage_for(const std::string& session) {
     std::lock_guard lock(usage_mu_);
     auto& u = usage_[session];

@@ -80,6 +80,16 @@ struct self_addresses {
     bool is_self(const config::ip_address& a, std::uint16_t port) const;
 };
 
+/// One denied attempt, as the observers of denials see it (metrics, the top-N table of
+/// denied targets, the webhook). Views: valid for the duration of runtime::denied().
+struct denial {
+    std::string_view job;      ///< "" when the client could not be attributed
+    std::string_view session;  ///< "" for clients attributed by `sources` or not at all
+    std::string_view reason;   ///< a deny reason name (config::to_string(deny_reason))
+    std::string_view target;   ///< "host:port" for the proxy, the name for DNS
+    std::string_view kind;     ///< "connect", "http" or "dns"
+};
+
 /// What a kill call did, measured inside cordon.
 struct kill_outcome {
     std::size_t connections_closed = 0;
@@ -102,6 +112,9 @@ public:
     /// Writes an audit record; false when the log is unhealthy (callers fail closed).
     bool audit(audit_record&& r);
     bool audit_healthy() const;
+    /// Every denied attempt (proxy and DNS) passes here after it was audited. Called on
+    /// data-plane threads: cheap and never blocking.
+    void denied(const denial& d);
 
     std::shared_ptr<session_usage> usage_for(const std::string& session);
     void forget_usage(const std::string& session);
