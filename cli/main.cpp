@@ -15,7 +15,7 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 7> verbs{{
+constexpr std::array<verb, 8> verbs{{
     {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
@@ -24,6 +24,8 @@ constexpr std::array<verb, 7> verbs{{
     {"kill", "network kill (--all) or session kill, with --reason", cordon::cli::kill},
     {"revive", "lift a network kill, with --reason", cordon::cli::revive},
     {"token", "token revoke SESSION [TOKEN]: credential kill", cordon::cli::token},
+    {"audit", "audit timeline SESSION: one session's events, for a post-mortem",
+     cordon::cli::audit},
 }};
 
 void print_usage(std::ostream& out) {

@@ -17,6 +17,7 @@ int status(args a);
 int kill(args a);
 int revive(args a);
 int token(args a);
+int audit(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

@@ -526,7 +526,7 @@ private:
         if (!expect_map(n, "audit")) {
             return;
         }
-        const auto keys = check_keys(n, "audit", {"path", "retention_days"});
+        const auto keys = check_keys(n, "audit", {"path", "retention_days", "max_file_bytes"});
         if (const auto* v = find(keys, "path")) {
             if (auto s = get_path(*v, "audit.path")) {
                 out.path = std::move(*s);
@@ -535,6 +535,17 @@ private:
         if (const auto* v = find(keys, "retention_days")) {
             if (auto d = get_int(*v, "audit.retention_days", 1, max_retention_days, "days")) {
                 out.retention_days = static_cast<int>(*d);
+            }
+        }
+        if (const auto* v = find(keys, "max_file_bytes")) {
+            if (auto s = get_string(*v, "audit.max_file_bytes")) {
+                const auto size = parse_size(*s);
+                if (!size || *size < 4096 || *size > (1ull << 40)) {
+                    error(*v, "audit.max_file_bytes",
+                          "expected a size 4KiB..1TiB such as 256MiB, got '" + *s + "'");
+                } else {
+                    out.max_file_bytes = *size;
+                }
             }
         }
     }

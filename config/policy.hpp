@@ -146,6 +146,8 @@ struct state_spec {
 struct audit_spec {
     std::string path = "/var/log/cordon";
     int retention_days = 90;
+    /// A day's file continues in a new part (cordon-DAY.p0001.jsonl, ...) beyond this size.
+    std::uint64_t max_file_bytes = 256ull * 1024 * 1024;
 };
 
 struct alerts_spec {

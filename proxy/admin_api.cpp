@@ -8,6 +8,7 @@
 #include "proxy/responses.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/tokens.hpp"
+#include "proxy/tool_event.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -265,6 +266,10 @@ public:
         if (seg.size() == 1 && seg[0] == "healthz") {
             co_return reply{http::status::ok, json::object{{"status", "ok"}}};
         }
+        // The one endpoint a session's own token may call (besides the admin token).
+        if (seg.size() == 4 && seg[0] == "v1" && seg[1] == "sessions" && seg[3] == "events") {
+            co_return post_event(req, std::string(seg[2]));
+        }
         if (!authorized(req)) {
             co_return error(http::status::unauthorized,
                             "missing or wrong admin token (Authorization: Bearer ...)");
@@ -302,6 +307,54 @@ public:
 
 private:
     bool authorized(const request& req) const { return bearer_ok(req, token_); }
+
+    // POST /v1/sessions/ID/events: a tool.call into the session's timeline, authorised by
+    // the session's own token (Authorization: Bearer TOKEN) or the admin token.
+    reply post_event(const request& req, const std::string& id) {
+        std::string token_id;
+        std::string job;
+        if (authorized(req)) {
+            const auto s = rt_.sessions.get(id);
+            if (!s) {
+                return error(http::status::not_found, "no session " + id);
+            }
+            job = s->job;
+        } else {
+            const auto it = req.find(http::field::authorization);
+            const std::string_view v =
+                it == req.end() ? std::string_view{}
+                                : std::string_view(it->value().data(), it->value().size());
+            constexpr std::string_view bearer = "Bearer ";
+            if (v.size() <= bearer.size() || !beast::iequals(v.substr(0, bearer.size()), bearer)) {
+                return error(http::status::unauthorized,
+                             "missing token (Authorization: Bearer SESSION_TOKEN)");
+            }
+            const auth_result a = rt_.sessions.authenticate(id, v.substr(bearer.size()));
+            if (a.status == auth_status::bad_credentials) {
+                return error(http::status::unauthorized, "wrong token for session " + id);
+            }
+            if (!a.ok()) {
+                return error(http::status::forbidden,
+                             "session " + id + ": " + std::string(to_string(a.status)));
+            }
+            token_id = a.token_id;
+            job = a.job;
+        }
+        if (req.method() != http::verb::post) {
+            return error(http::status::method_not_allowed, "use POST");
+        }
+        std::string why;
+        const auto e = parse_tool_event(req.body(), why);
+        if (!e) {
+            return error(http::status::bad_request, why);
+        }
+        const tool_event_source from{id, job, token_id, client_, "admin"};
+        if (!rt_.audit(tool_call_record(*e, from, rt_.now()))) {
+            return error(http::status::service_unavailable,
+                         "the audit log is unavailable; nothing recorded");
+        }
+        return {http::status::accepted, json::object{{"recorded", "tool.call"}}};
+    }
 
     reply status() {
         const auto p = rt_.policy();
@@ -465,12 +518,12 @@ private:
         const std::size_t closed = co_await rt_.close_where(of_session, why);
         for (const auto& t : before->tokens) {
             if (!t.revoked) {
-                rt_.audit(std::move(rt_.record("token.revoke")
-                                        .add("session", id)
-                                        .add("job", before->job)
-                                        .add("token_id", t.id)
-                                        .add("reason", "session ended")
-                                        .add("by", "admin:" + client_)));
+                rt_.audit_durable(std::move(rt_.record("token.revoke")
+                                                .add("session", id)
+                                                .add("job", before->job)
+                                                .add("token_id", t.id)
+                                                .add("reason", "session ended")
+                                                .add("by", "admin:" + client_)));
             }
         }
         rt_.audit(std::move(rt_.record("session.end")
@@ -502,13 +555,14 @@ private:
         const auto ms = std::chrono::duration<double, std::milli>(
                             std::chrono::steady_clock::now() - t0)
                             .count();
-        rt_.audit(std::move(rt_.record("token.revoke")
-                                .add("session", id)
-                                .add("job", s ? s->job : std::string())
-                                .add("token_id", token_id)
-                                .add("reason", "revoked by admin")
-                                .add("by", "admin:" + client_)
-                                .add("connections_closed", static_cast<std::uint64_t>(closed))));
+        rt_.audit_durable(std::move(rt_.record("token.revoke")
+                                        .add("session", id)
+                                        .add("job", s ? s->job : std::string())
+                                        .add("token_id", token_id)
+                                        .add("reason", "revoked by admin")
+                                        .add("by", "admin:" + client_)
+                                        .add("connections_closed",
+                                             static_cast<std::uint64_t>(closed))));
         rt_.stats.count_kill(kill_scope::credential, ms / 1000);
         rt_.events->publish("token.revoke", id,
                             json::serialize(json::object{{"session", id},

@@ -1,5 +1,6 @@
 #include "proxy/audit.hpp"
 
+#include "proxy/audit_files.hpp"
 #include "proxy/redact.hpp"
 
 #include <algorithm>
@@ -87,48 +88,7 @@ void truncate_value(std::string& s, std::size_t max) {
     s.append(truncated_suffix);
 }
 
-std::int64_t day_of(wall_clock::time_point t) {
-    return std::chrono::floor<std::chrono::days>(t).time_since_epoch().count();
-}
-
-std::string file_name(std::int64_t day) {
-    using namespace std::chrono;
-    const year_month_day ymd{sys_days{days{day}}};
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "cordon-%04d-%02u-%02u.jsonl", static_cast<int>(ymd.year()),
-                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
-    return buf;
-}
-
-// The day of a file named cordon-YYYY-MM-DD.jsonl, or false for any other name.
-bool parse_file_name(std::string_view name, std::int64_t& day) {
-    using namespace std::chrono;
-    constexpr std::string_view prefix = "cordon-";
-    constexpr std::string_view suffix = ".jsonl";
-    if (name.size() != prefix.size() + 10 + suffix.size() || !name.starts_with(prefix) ||
-        !name.ends_with(suffix)) {
-        return false;
-    }
-    const std::string_view date = name.substr(prefix.size(), 10);
-    int y = 0;
-    unsigned m = 0;
-    unsigned d = 0;
-    const auto num = [&date](std::size_t at, std::size_t len, auto& out) {
-        const char* first = date.data() + at;
-        const auto [p, ec] = std::from_chars(first, first + len, out);
-        return ec == std::errc{} && p == first + len;
-    };
-    if (date[4] != '-' || date[7] != '-' || !num(0, 4, y) || !num(5, 2, m) || !num(8, 2, d) ||
-        date[0] == '-' || date[0] == '+') {
-        return false;
-    }
-    const year_month_day ymd{year{y}, month{m}, std::chrono::day{d}};
-    if (!ymd.ok()) {
-        return false;
-    }
-    day = sys_days{ymd}.time_since_epoch().count();
-    return true;
-}
+std::int64_t day_of(wall_clock::time_point t) { return audit_day_of(t); }
 
 std::string errno_text(const char* what, const std::string& path, int err) {
     return std::string("audit: ") + what + " " + path + ": " + std::strerror(err);
@@ -357,15 +317,29 @@ bool audit_log::write(audit_record&& r) {
 
 bool audit_log::healthy() const noexcept { return healthy_.load(); }
 
-bool audit_log::flush() {
+bool audit_log::flush() { return flush_for(std::chrono::milliseconds::max()); }
+
+bool audit_log::flush_for(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     if (writer_exited_) {
         return queue_.empty() && last_pass_ok_;
     }
     const std::uint64_t ticket = ++flush_requested_;
     wake_.notify_one();
-    done_.wait(lock, [&] { return flush_done_ >= ticket || writer_exited_; });
-    return last_pass_ok_;
+    const auto done = [&] { return flush_done_ >= ticket || writer_exited_; };
+    if (timeout == std::chrono::milliseconds::max()) {
+        done_.wait(lock, done);
+    } else if (!done_.wait_for(lock, timeout, done)) {
+        return false;
+    }
+    return last_pass_ok_ && (flush_done_ >= ticket || queue_.empty());
+}
+
+bool audit_log::write_durable(audit_record&& r, std::chrono::milliseconds timeout) {
+    if (!write(std::move(r))) {
+        return false;
+    }
+    return flush_for(timeout);
 }
 
 void audit_log::stop() {
@@ -450,20 +424,41 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
         }
         return true;
     }
+    // Records [first, last) are in `bytes`, not yet written; those before `first` are.
     std::size_t first = 0;
     std::string bytes;
+    const auto fail = [&] {
+        batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(first));
+        requeue(std::move(batch));
+        return false;
+    };
     while (first < batch.size()) {
         const std::int64_t day = day_of(batch[first].ts());
+        if (!ensure_open(day, error)) {
+            return fail();
+        }
         std::size_t last = first;
         bytes.clear();
         while (last < batch.size() && day_of(batch[last].ts()) == day) {
-            bytes.append(batch[last].to_json_line());
+            std::string line = batch[last].to_json_line();
+            const std::uint64_t would = fd_size_ + bytes.size() + line.size();
+            if (would > opts_.max_file_bytes && fd_size_ + bytes.size() > 0 &&
+                fd_part_ < max_audit_part) {
+                // The file is full: write what fits, then continue in the day's next part.
+                if (!bytes.empty() && !append(bytes, error)) {
+                    return fail();
+                }
+                first = last;
+                bytes.clear();
+                if (!open_part(day, fd_part_ + 1, error)) {
+                    return fail();
+                }
+            }
+            bytes.append(line);
             ++last;
         }
-        if (!ensure_open(day, error) || !append(bytes, error)) {
-            batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(first));
-            requeue(std::move(batch));
-            return false;
+        if (!append(bytes, error)) {
+            return fail();
         }
         first = last;
     }
@@ -487,17 +482,33 @@ bool audit_log::ensure_open(std::int64_t day, std::string& error) {
         ::close(fd_);  // deleted under us: open a new file
         fd_ = -1;
     }
-    if (fd_ >= 0 && !sync_and_close(error)) {
+    if (!make_dirs(opts_.dir, error)) {
         return false;
     }
-    if (!make_dirs(opts_.dir, error)) {
+    // After a restart (or a day switched back to), continue the day's last part.
+    return open_part(day, last_part(day), error);
+}
+
+unsigned audit_log::last_part(std::int64_t day) const {
+    std::string ignored;
+    unsigned part = 0;
+    for (const audit_file& f : list_audit_files(opts_.dir, ignored)) {
+        if (f.id.day == day) {
+            part = std::max(part, f.id.part);
+        }
+    }
+    return part;
+}
+
+bool audit_log::open_part(std::int64_t day, unsigned part, std::string& error) {
+    if (fd_ >= 0 && !sync_and_close(error)) {
         return false;
     }
     std::string path = opts_.dir;
     if (!path.ends_with('/')) {
         path.push_back('/');
     }
-    path += file_name(day);
+    path += audit_file_name(audit_file_id{day, part});
     const int fd =
         ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
     if (fd < 0) {
@@ -506,14 +517,18 @@ bool audit_log::ensure_open(std::int64_t day, std::string& error) {
     }
     fd_ = fd;
     fd_day_ = day;
+    fd_part_ = part;
     fd_path_ = std::move(path);
+    fd_size_ = 0;
     // A line cut by a crash would swallow the next one: start on a fresh line.
     struct stat st {};
     char last = '\n';
-    if (::fstat(fd_, &st) == 0 && st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 &&
-        last != '\n') {
-        if (!append("\n", error)) {
-            return false;
+    if (::fstat(fd_, &st) == 0) {
+        fd_size_ = static_cast<std::uint64_t>(st.st_size);
+        if (st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
+            if (!append("\n", error)) {
+                return false;
+            }
         }
     }
     return true;
@@ -540,6 +555,7 @@ bool audit_log::append(std::string_view bytes, std::string& error) {
         }
         done += static_cast<std::size_t>(n);
     }
+    fd_size_ += bytes.size();
     return true;
 }
 
@@ -568,10 +584,8 @@ void audit_log::prune(std::int64_t today) {
         if (ec) {
             return;
         }
-        std::int64_t day = 0;
-        const std::string name = it->path().filename().string();
-        if (!parse_file_name(name, day) || day >= today - opts_.retention_days ||
-            (fd_ >= 0 && day == fd_day_)) {
+        const auto id = parse_audit_file_name(it->path().filename().string());
+        if (!id || id->day >= today - opts_.retention_days || (fd_ >= 0 && id->day == fd_day_)) {
             continue;
         }
         std::error_code type_ec;

@@ -104,15 +104,21 @@ struct audit_options {
     std::size_t max_queue = 65536;
     /// How long a record may wait before it is written and synced (at least 1 ms).
     std::chrono::milliseconds flush_interval{200};
+    /// audit.max_file_bytes: a day's file continues in its next part (audit_files.hpp)
+    /// rather than grow past this. A line is never split; a single line longer than this
+    /// gets a part of its own.
+    std::uint64_t max_file_bytes = 256ull * 1024 * 1024;
 };
 
 /// JSON-lines files `cordon-YYYY-MM-DD.jsonl` (UTC day of each record's ts) under `dir`,
-/// written by one background thread: every flush_interval (or sooner when the queue is half
+/// continued in `cordon-YYYY-MM-DD.pNNNN.jsonl` parts when a file would outgrow
+/// max_file_bytes (audit_files.hpp); after a restart the last part of the day is continued.
+/// Written by one background thread: every flush_interval (or sooner when the queue is half
 /// full, or on flush()) it takes all queued records, appends them with write(2) and
 /// fdatasync()s the file. Files are opened O_RDWR|O_APPEND|O_CLOEXEC|O_NOFOLLOW with mode
-/// 0640; a file whose last line was cut (a crash) gets a '\n' before new lines. Files named
-/// cordon-YYYY-MM-DD.jsonl of days before today - retention_days are deleted by open() and
-/// whenever the UTC day changes; no other file is touched.
+/// 0640; a file whose last line was cut (a crash) gets a '\n' before new lines. Audit files
+/// (every part) of days before today - retention_days are deleted by open() and whenever the
+/// UTC day changes; no other file is touched.
 /// If a directory creation, open, write or fdatasync fails: healthy() turns false,
 /// write_errors() counts it, `on_error` is called (on the writer thread, or in stop() for the
 /// final fdatasync; without locks held; it must not call flush() or stop(); while the disk
@@ -144,6 +150,13 @@ public:
     /// returns false if that attempt failed (the records stay queued) or the log is stopped
     /// with records lost.
     bool flush();
+    /// flush() that gives up after `timeout` (then returns false; the records stay queued
+    /// and are written by the next pass).
+    bool flush_for(std::chrono::milliseconds timeout);
+    /// Queues `r` and waits (up to `timeout`) until it and everything queued before it are
+    /// written and fdatasync()ed: for the records of kills and revocations, which must be on
+    /// disk when the call that made them returns. False if that did not happen in time.
+    bool write_durable(audit_record&& r, std::chrono::milliseconds timeout);
     /// Writes what is queued (one attempt), then stops the thread and closes the file.
     /// Idempotent; concurrent callers all return once it is done.
     void stop();
@@ -154,6 +167,8 @@ private:
     void run();
     bool write_batch(std::deque<audit_record>& batch, std::string& error);
     bool ensure_open(std::int64_t day, std::string& error);
+    bool open_part(std::int64_t day, unsigned part, std::string& error);
+    unsigned last_part(std::int64_t day) const;
     bool append(std::string_view bytes, std::string& error);
     bool sync_and_close(std::string& error);
     void prune(std::int64_t today);
@@ -178,6 +193,8 @@ private:
     std::mutex io_mutex_;
     int fd_ = -1;
     std::int64_t fd_day_ = 0;
+    unsigned fd_part_ = 0;
+    std::uint64_t fd_size_ = 0;  // bytes in the open file
     std::string fd_path_;
     std::int64_t pruned_day_;
 

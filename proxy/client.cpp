@@ -11,9 +11,11 @@
 #include "proxy/basic_auth.hpp"
 #include "proxy/client_hello.hpp"
 #include "proxy/relay.hpp"
+#include "proxy/reserved_host.hpp"
 #include "proxy/responses.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/target.hpp"
+#include "proxy/tool_event.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -1016,6 +1018,15 @@ awaitable<void> client_conn::run() {
             co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
             shutdown_client();
             co_return;
+        }
+        // The reserved name (tool.call events from the sandbox) is answered here, never
+        // decided, resolved or forwarded (proxy/reserved_host.cpp).
+        if (targets_reserved_host(req.target(), req.method() == http::verb::connect)) {
+            const reserved_caller who{session, job, token_id, client_text_};
+            if (!co_await serve_reserved(rt_, client_, buffer, parser, who)) {
+                co_return;
+            }
+            continue;
         }
         if (req.method() == http::verb::connect) {
             const std::string connect_target(req.target());

@@ -169,6 +169,7 @@ int run_daemon(const daemon_options& opts) {
     audit_options aopts;
     aopts.dir = pol.audit.path;
     aopts.retention_days = pol.audit.retention_days;
+    aopts.max_file_bytes = pol.audit.max_file_bytes;
     // The writer retries about five times a second while the disk fails: say so once per
     // 10 s with how many failures there were, not on every retry.
     auto audit = std::make_unique<audit_log>(aopts, [](const std::string& e) {

@@ -1,6 +1,7 @@
 // The kill switch: network kill, revive and session kill. Each is durable before it returns
-// (state store), closes what it cuts on every worker's own thread, and is audited, counted
-// and published on the event stream.
+// (state store), closes what it cuts on every worker's own thread, and is audited (its record
+// fdatasync()ed before the call returns: runtime::audit_durable), counted and published on
+// the event stream.
 
 #include <boost/json.hpp>
 
@@ -60,12 +61,13 @@ awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const s
     out.elapsed_ms = ms_since(t0);
     stats.set_kill_switch_engaged(true);
     stats.count_kill(kill_scope::network, out.elapsed_ms / 1000);
-    audit(std::move(record("kill.network")
-                        .add("reason", reason)
-                        .add("by", by)
-                        .add("already_engaged", out.already)
-                        .add("connections_closed", static_cast<std::uint64_t>(out.connections_closed))
-                        .add("elapsed_ms", out.elapsed_ms)));
+    audit_durable(std::move(record("kill.network")
+                                .add("reason", reason)
+                                .add("by", by)
+                                .add("already_engaged", out.already)
+                                .add("connections_closed",
+                                     static_cast<std::uint64_t>(out.connections_closed))
+                                .add("elapsed_ms", out.elapsed_ms)));
     events->publish("kill.network", "",
                     json::serialize(json::object{{"reason", reason},
                                                  {"by", by},
@@ -94,7 +96,7 @@ kill_outcome runtime::revive(const std::string& reason, const std::string& by) {
     kill_info = lifted;
     network_killed.store(false);
     stats.set_kill_switch_engaged(false);
-    audit(std::move(record("revive").add("reason", reason).add("by", by)));
+    audit_durable(std::move(record("revive").add("reason", reason).add("by", by)));
     events->publish("revive", "",
                     json::serialize(json::object{{"reason", reason}, {"by", by}}));
     return out;
@@ -121,14 +123,16 @@ awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& 
     out.connections_closed = co_await close_where(of_session, why, persist);
     out.elapsed_ms = ms_since(t0);
     stats.count_kill(kill_scope::session, out.elapsed_ms / 1000);
-    audit(std::move(record("kill.session")
-                        .add("session", id)
-                        .add("job", before->job)
-                        .add("reason", reason)
-                        .add("by", by)
-                        .add("tokens_revoked", static_cast<std::uint64_t>(out.tokens_revoked))
-                        .add("connections_closed", static_cast<std::uint64_t>(out.connections_closed))
-                        .add("elapsed_ms", out.elapsed_ms)));
+    audit_durable(std::move(record("kill.session")
+                                .add("session", id)
+                                .add("job", before->job)
+                                .add("reason", reason)
+                                .add("by", by)
+                                .add("tokens_revoked",
+                                     static_cast<std::uint64_t>(out.tokens_revoked))
+                                .add("connections_closed",
+                                     static_cast<std::uint64_t>(out.connections_closed))
+                                .add("elapsed_ms", out.elapsed_ms)));
     events->publish("kill.session", id,
                     json::serialize(json::object{{"session", id},
                                                  {"job", before->job},

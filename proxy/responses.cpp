@@ -34,6 +34,7 @@ std::string_view status_text(int status) {
     switch (status) {
         case 200: return "OK";
         case 201: return "Created";
+        case 202: return "Accepted";
         case 400: return "Bad Request";
         case 401: return "Unauthorized";
         case 403: return "Forbidden";
@@ -41,6 +42,7 @@ std::string_view status_text(int status) {
         case 405: return "Method Not Allowed";
         case 407: return "Proxy Authentication Required";
         case 409: return "Conflict";
+        case 411: return "Length Required";
         case 413: return "Content Too Large";
         case 417: return "Expectation Failed";
         case 431: return "Request Header Fields Too Large";

@@ -35,6 +35,12 @@ bool runtime::audit(audit_record&& r) {
     return audit_log_ != nullptr && audit_log_->write(std::move(r));
 }
 
+bool runtime::audit_durable(audit_record&& r) {
+    // Bounded: a hung disk must not hang the control thread (and with it further kills).
+    constexpr std::chrono::seconds max_wait{2};
+    return audit_log_ != nullptr && audit_log_->write_durable(std::move(r), max_wait);
+}
+
 bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_->healthy(); }
 
 void runtime::denied(const denial& d) {

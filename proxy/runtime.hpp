@@ -111,6 +111,9 @@ public:
     audit_record record(std::string_view event) const { return audit_record(event, now()); }
     /// Writes an audit record; false when the log is unhealthy (callers fail closed).
     bool audit(audit_record&& r);
+    /// audit(), then waits (bounded, blocking this thread) until the record is fdatasync()ed:
+    /// for kills, revives and revocations, on disk before their call returns.
+    bool audit_durable(audit_record&& r);
     bool audit_healthy() const;
     /// Every denied attempt (proxy and DNS) passes here after it was audited. Called on
     /// data-plane threads: cheap and never blocking.

@@ -326,6 +326,7 @@ void check_policy_defaults(const policy& p) {
     CHECK(p.state.path == "/var/lib/cordon");
     CHECK(p.audit.path == "/var/log/cordon");
     CHECK(p.audit.retention_days == 90);
+    CHECK(p.audit.max_file_bytes == 256ull * 1024 * 1024);
     CHECK_FALSE(p.alerts.webhook.has_value());
     CHECK(p.kill.stop_authority.empty());
     CHECK(p.kill.max_stop_seconds == 60);
@@ -435,6 +436,9 @@ TEST_CASE("load: values at the edges of their ranges load", "[load]") {
         {"max_bytes_up 2^64-1", with_job("    limits: { max_bytes_up: 18446744073709551615 }")},
         {"retention_days 1", with_top("audit: { retention_days: 1 }")},
         {"retention_days 3650", with_top("audit: { retention_days: 3650 }")},
+        {"max_file_bytes 4KiB", with_top("audit: { max_file_bytes: 4KiB }")},
+        {"max_file_bytes 1TiB", with_top("audit: { max_file_bytes: 1TiB }")},
+        {"max_file_bytes 4096", with_top("audit: { max_file_bytes: 4096 }")},
         {"max_stop_seconds 1", with_top("kill: { max_stop_seconds: 1 }")},
         {"max_stop_seconds 3600", with_top("kill: { max_stop_seconds: 3600 }")},
         {"job name of 64 characters",
@@ -533,7 +537,7 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
         {"state", with_top("state: { bogus: 1 }"), 3, 10, "state",
          "unknown key 'bogus' (expected one of: path)"},
         {"audit", with_top("audit: { bogus: 1 }"), 3, 10, "audit",
-         "unknown key 'bogus' (expected one of: path, retention_days)"},
+         "unknown key 'bogus' (expected one of: path, retention_days, max_file_bytes)"},
         {"alerts", with_top("alerts: { bogus: 1 }"), 3, 11, "alerts",
          "unknown key 'bogus' (expected one of: webhook)"},
         {"kill", with_top("kill: { bogus: 1 }"), 3, 9, "kill",
@@ -1182,6 +1186,14 @@ TEST_CASE("load: alerts, audit and kill", "[load]") {
          "alerts.webhook", "URL contains whitespace"},
         {"webhook with a newline", with_top("alerts: { webhook: \"https://x\\n\" }"), 3, 20,
          "alerts.webhook", "URL contains whitespace"},
+        {"max_file_bytes 4095", with_top("audit: { max_file_bytes: 4095 }"), 3, 26,
+         "audit.max_file_bytes", "expected a size 4KiB..1TiB such as 256MiB, got '4095'"},
+        {"max_file_bytes 2TiB", with_top("audit: { max_file_bytes: 2TiB }"), 3, 26,
+         "audit.max_file_bytes", "got '2TiB'"},
+        {"max_file_bytes 1.5GB", with_top("audit: { max_file_bytes: 1.5GB }"), 3, 26,
+         "audit.max_file_bytes", "got '1.5GB'"},
+        {"max_file_bytes a list", with_top("audit: { max_file_bytes: [1] }"), 3, 26,
+         "audit.max_file_bytes", "expected a string, got a list"},
         {"retention_days 0", with_top("audit: { retention_days: 0 }"), 3, 26,
          "audit.retention_days", "0 is out of range; expected days 1..3650"},
         {"retention_days 3651", with_top("audit: { retention_days: 3651 }"), 3, 26,

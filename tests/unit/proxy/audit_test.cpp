@@ -642,3 +642,152 @@ TEST_CASE("audit: concurrent writers produce exactly their lines", "[audit]") {
     CHECK(log.write_errors() == 0);
     CHECK(log.dropped() == 0);
 }
+
+// --- size-based rotation, durable writes ---------------------------------------------------
+
+namespace {
+
+std::string part_file(wall_clock::time_point t, unsigned part) {
+    std::string name = day_file(t);
+    if (part == 0) {
+        return name;
+    }
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, ".p%04u.jsonl", part % 10000);
+    return name.substr(0, name.size() - 6) + suffix;
+}
+
+// The "n" of every line of the day's files, part by part, and each part's size.
+std::vector<std::int64_t> numbers_in_parts(const fs::path& dir, wall_clock::time_point t,
+                                           std::vector<std::uintmax_t>& sizes) {
+    std::vector<std::int64_t> out;
+    for (unsigned part = 0; fs::exists(dir / part_file(t, part)); ++part) {
+        sizes.push_back(fs::file_size(dir / part_file(t, part)));
+        for (const auto& line : read_lines(dir / part_file(t, part))) {
+            out.push_back(parse_object(line).at("n").as_int64());
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("audit: a day's file continues in parts beyond max_file_bytes", "[audit][rotation]") {
+    temp_dir tmp;
+    const auto now = wall_clock::now();
+    const std::size_t line_size = event("conn.close", 100, now).to_json_line().size();
+    audit_options o = options(tmp.path, 1h);
+    o.max_file_bytes = line_size * 3 + 10;  // three lines fit, four do not
+    std::vector<std::int64_t> want;
+    {
+        audit_log log(o);
+        std::string error;
+        REQUIRE(log.open(error));
+        for (std::int64_t n = 100; n < 110; ++n) {  // one batch crossing three boundaries
+            log.write(event("conn.close", n, now));
+            want.push_back(n);
+        }
+        REQUIRE(log.flush());
+        log.write(event("conn.close", 110, now));  // a second batch continues the last part
+        want.push_back(110);
+        REQUIRE(log.flush());
+        CHECK(log.write_errors() == 0);
+    }
+    std::vector<std::uintmax_t> sizes;
+    CHECK(numbers_in_parts(tmp.path, now, sizes) == want);
+    CHECK(sizes == std::vector<std::uintmax_t>{3 * line_size, 3 * line_size, 3 * line_size,
+                                               2 * line_size});
+    CHECK_FALSE(fs::exists(tmp.path / part_file(now, 4)));
+
+    SECTION("a restart continues the day's last part") {
+        audit_log again(o);
+        std::string error;
+        REQUIRE(again.open(error));
+        again.write(event("conn.close", 111, now));
+        again.write(event("conn.close", 112, now));
+        REQUIRE(again.flush());
+        want.push_back(111);
+        want.push_back(112);
+        sizes.clear();
+        CHECK(numbers_in_parts(tmp.path, now, sizes) == want);
+        CHECK(sizes.size() == 5);  // part 3 took one more line, part 4 the next
+        CHECK(fs::file_size(tmp.path / part_file(now, 3)) == 3 * line_size);
+        CHECK(fs::file_size(tmp.path / part_file(now, 4)) == line_size);
+    }
+    SECTION("a line longer than the bound gets a part of its own") {
+        audit_log big(o);
+        std::string error;
+        REQUIRE(big.open(error));
+        audit_record huge("tool.call", now);
+        huge.add("n", std::int64_t{200}).add("arguments", std::string(line_size * 5, 'x'));
+        big.write(std::move(huge));
+        big.write(event("conn.close", 201, now));
+        REQUIRE(big.flush());
+        const auto huge_lines = read_lines(tmp.path / part_file(now, 4));
+        REQUIRE(huge_lines.size() == 1);
+        CHECK(parse_object(huge_lines[0]).at("n") == 200);
+        const auto next = read_lines(tmp.path / part_file(now, 5));
+        REQUIRE(next.size() == 1);
+        CHECK(parse_object(next[0]).at("n") == 201);
+    }
+}
+
+TEST_CASE("audit: retention prunes every part of old days", "[audit][rotation]") {
+    temp_dir tmp;
+    const auto now = wall_clock::now();
+    const auto touch = [&tmp](const std::string& name) {
+        std::ofstream(tmp.path / name) << "{}\n";
+    };
+    const std::vector<std::string> old{part_file(now - 24h * 91, 0), part_file(now - 24h * 91, 1),
+                                       part_file(now - 24h * 91, 12),
+                                       part_file(now - 24h * 400, 9999)};
+    const std::vector<std::string> kept{part_file(now - 24h * 89, 0), part_file(now - 24h * 89, 3),
+                                        part_file(now - 24h, 1),
+                                        // not names the log makes: left alone
+                                        "cordon-2000-01-01.p0000.jsonl",
+                                        "cordon-2000-01-01.p1.jsonl",
+                                        "cordon-2000-01-01.1.jsonl",
+                                        "cordon-2000-01-01.p10000.jsonl"};
+    for (const auto& n : old) {
+        touch(n);
+    }
+    for (const auto& n : kept) {
+        touch(n);
+    }
+    audit_options o = options(tmp.path);
+    o.retention_days = 90;
+    audit_log log(o);
+    std::string error;
+    REQUIRE(log.open(error));
+    for (const auto& n : old) {
+        INFO(n);
+        CHECK_FALSE(fs::exists(tmp.path / n));
+    }
+    for (const auto& n : kept) {
+        INFO(n);
+        CHECK(fs::exists(tmp.path / n));
+    }
+}
+
+TEST_CASE("audit: write_durable is on disk when it returns", "[audit][durable]") {
+    temp_dir tmp;
+    const auto now = wall_clock::now();
+    audit_log log(options(tmp.path, 1h));  // the interval alone would wait an hour
+    std::string error;
+    REQUIRE(log.open(error));
+    log.write(event("conn.open", 1, now));
+    audit_record kill("kill.session", now);
+    kill.add("n", std::int64_t{2}).add("reason", "test").add("by", "unit");
+    const auto t0 = steady_clock::now();
+    CHECK(log.write_durable(std::move(kill), 5s));
+    CHECK(steady_clock::now() - t0 < 2s);
+    const auto lines = read_lines(tmp.path / day_file(now));
+    REQUIRE(lines.size() == 2);  // what was queued before it too, in order
+    CHECK(parse_object(lines[0]).at("event") == "conn.open");
+    CHECK(parse_object(lines[1]).at("event") == "kill.session");
+
+    SECTION("a stopped log cannot make it durable") {
+        log.stop();
+        CHECK_FALSE(log.write_durable(event("revive", 3, now), 1s));
+    }
+}

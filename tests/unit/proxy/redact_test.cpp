@@ -308,3 +308,74 @@ TEST_CASE("redact: redact_text is linear on hostile input", "[redact]") {
         CHECK_FALSE(out.empty());
     }
 }
+
+// The words of the audit contract (issue 6): query values whose names contain token, key,
+// secret, password, sig, auth or credential, in any case and position, never pass.
+TEST_CASE("redact: every secret word, in any case and position, hides a query value",
+          "[redact][contract]") {
+    const std::string secret_value = "S3cr3tV4lue" + rep('q', 12);
+    for (const std::string word : {"token", "key", "secret", "password", "sig", "auth",
+                                   "credential"}) {
+        std::string upper;
+        for (const char c : word) {
+            upper.push_back(static_cast<char>(c - 'a' + 'A'));
+        }
+        std::string mixed = upper.substr(0, 1) + word.substr(1);
+        for (const std::string& name :
+             {word, upper, mixed, "x_" + word, word + "_x", "my" + mixed + "Value",
+              "X-" + upper + "-Id", word + "s"}) {
+            INFO(name);
+            CHECK(secret_query_name(name));
+            const std::string url = "https://h.example/p?q=1&" + name + "=" + secret_value +
+                                    "&page=2#" + name + "=" + secret_value;
+            const std::string out = redact_url(url);
+            CHECK(out.find(secret_value) == std::string::npos);
+            CHECK(out.find("q=1") != std::string::npos);
+            CHECK(out.find("page=2") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("redact: credentials in headers and URLs never pass", "[redact][contract]") {
+    const std::string secret = "Zx9" + rep('k', 20);
+    // Authorization and Proxy-Authorization in any case keep only their scheme.
+    for (const char* name : {"Authorization", "authorization", "AUTHORIZATION",
+                             "Proxy-Authorization", "proxy-authorization"}) {
+        for (const std::string& value :
+             {"Bearer " + secret, "Basic " + secret, secret, "Token token=" + secret}) {
+            INFO(name << ": " << value);
+            const std::string out = redact_header_value(name, value);
+            CHECK(out.find(secret) == std::string::npos);
+        }
+    }
+    // Cookie and Set-Cookie lose their whole value.
+    for (const char* name : {"Cookie", "cookie", "Set-Cookie", "set-cookie", "SET-COOKIE"}) {
+        for (const std::string& value :
+             {"sid=" + secret, "a=1; sid=" + secret + "; Path=/; HttpOnly", secret}) {
+            INFO(name << ": " << value);
+            CHECK(redact_header_value(name, value) == "REDACTED");
+        }
+    }
+    // Userinfo in every URL form, with and without a password.
+    for (const std::string& url :
+         {"http://user:" + secret + "@h.example/", "https://" + secret + "@h.example:8443/x",
+          "//u:" + secret + "@h/", "u:" + secret + "@proxy:3128",
+          "HTTP://U:" + secret + "@H.EXAMPLE"}) {
+        INFO(url);
+        CHECK(redact_url(url).find(secret) == std::string::npos);
+        if (url.find("://") != std::string::npos) {  // free text: URLs with a scheme
+            CHECK(redact_text("see " + url + " now").find(secret) == std::string::npos);
+        }
+    }
+    // Header lines in free text (as an upstream error message might quote them).
+    for (const std::string& text :
+         {"Authorization: Bearer " + secret, "proxy-authorization: Basic " + secret,
+          "Cookie: sid=" + secret, "Set-Cookie: sid=" + secret + "; HttpOnly",
+          "{\"Authorization\":\"Bearer " + secret + "\"}", "token=" + secret,
+          "{\"password\": \"" + secret + "\"}"}) {
+        INFO(text);
+        CHECK(redact_text(text).find(secret) == std::string::npos);
+    }
+    // cordon's own proxy tokens (64 lower-case hex) anywhere in text.
+    CHECK(redact_text("proxy token " + hex64 + ".").find(hex64) == std::string::npos);
+}

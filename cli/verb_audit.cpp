@@ -1,0 +1,173 @@
+// `cordon audit timeline SESSION`: one session's story from the audit files, for a
+// post-mortem. Reads the files directly (no admin API): it works while cordon is down.
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/verbs.hpp"
+#include "config/load.hpp"
+#include "proxy/audit_timeline.hpp"
+
+namespace cordon::cli {
+namespace {
+
+constexpr std::string_view usage = R"(usage: cordon audit timeline SESSION [--since T] [--until T] [--json]
+                               [--audit DIR | --config FILE]
+
+Prints one session's audit events in time order: session created, tokens minted and
+revoked, each tool call, each connection (target, bytes up and down, duration), each
+denial with its reason, DNS queries and denials, file writes, and the kill with who and
+why; network kills and revives during the session too. One line per event, or the audit
+JSON lines themselves with --json.
+
+options:
+  --since T       only events at or after T: RFC 3339 (2026-11-29T15:20:00Z), a date
+                  (2026-11-29), or a duration back from now (2h, 30m, 1h30m, 2d)
+  --until T       only events at or before T (same forms)
+  --json          print the events as JSON lines, as stored
+  --audit DIR     the audit directory (default: audit.path of --config, else
+                  /var/log/cordon)
+  --config FILE   read audit.path from this policy
+  --stats         print files and bytes searched, and the time taken, to stderr
+
+Exit status: 0 events printed, 1 none found or a file unreadable, 2 usage error.
+)";
+
+int fail_usage(const std::string& msg) {
+    std::cerr << "cordon audit: " << msg << "\n\n" << usage;
+    return 2;
+}
+
+}  // namespace
+
+int audit(args in) {
+    if (in.empty() || wants_help(in)) {
+        std::cout << usage;
+        return in.empty() ? 2 : 0;
+    }
+    if (in[0] != "timeline") {
+        return fail_usage("unknown subcommand '" + std::string(in[0]) + "'");
+    }
+    std::optional<std::string> session;
+    std::optional<std::string> dir;
+    std::optional<std::string> config_file;
+    std::optional<std::string_view> since_text;
+    std::optional<std::string_view> until_text;
+    bool as_json = false;
+    bool show_stats = false;
+    for (std::size_t i = 1; i < in.size(); ++i) {
+        const std::string_view a = in[i];
+        const auto value = [&](std::string_view flag) -> std::optional<std::string_view> {
+            if (i + 1 >= in.size()) {
+                return std::nullopt;
+            }
+            (void)flag;
+            return in[++i];
+        };
+        if (a == "--json") {
+            as_json = true;
+        } else if (a == "--stats") {
+            show_stats = true;
+        } else if (a == "--since" || a == "--until" || a == "--audit" || a == "--config") {
+            const auto v = value(a);
+            if (!v) {
+                return fail_usage(std::string(a) + " needs a value");
+            }
+            if (a == "--since") {
+                since_text = *v;
+            } else if (a == "--until") {
+                until_text = *v;
+            } else if (a == "--audit") {
+                dir = std::string(*v);
+            } else {
+                config_file = std::string(*v);
+            }
+        } else if (a.starts_with("-")) {
+            return fail_usage("unknown option '" + std::string(a) + "'");
+        } else if (!session) {
+            session = std::string(a);
+        } else {
+            return fail_usage("one SESSION only");
+        }
+    }
+    if (!session || session->empty()) {
+        return fail_usage("which SESSION?");
+    }
+    if (dir && config_file) {
+        return fail_usage("--audit and --config are alternatives");
+    }
+    const auto now = proxy::wall_clock::now();
+    proxy::timeline_query q;
+    q.session = *session;
+    if (since_text) {
+        q.since = proxy::parse_time_arg(*since_text, now);
+        if (!q.since) {
+            return fail_usage("--since: '" + std::string(*since_text) +
+                              "' is neither RFC 3339 nor a duration like 2h");
+        }
+    }
+    if (until_text) {
+        q.until = proxy::parse_time_arg(*until_text, now);
+        if (!q.until) {
+            return fail_usage("--until: '" + std::string(*until_text) +
+                              "' is neither RFC 3339 nor a duration like 2h");
+        }
+    }
+    if (config_file) {
+        const config::load_result r = config::load_policy_file(*config_file);
+        if (!r.ok()) {
+            for (const auto& d : r.errors) {
+                std::cerr << d.to_string() << '\n';
+            }
+            return 1;
+        }
+        dir = r.value->audit.path;
+    }
+    if (!dir) {
+        dir = config::audit_spec{}.path;
+    }
+
+    const auto t0 = std::chrono::steady_clock::now();
+    proxy::timeline_stats stats;
+    std::string error;
+    const auto events = proxy::read_timeline(*dir, q, stats, error);
+    std::string out;
+    for (const auto& e : events) {
+        out += as_json ? e.line : proxy::format_timeline_event(e.line);
+        out += '\n';
+        if (out.size() >= 1 << 16) {
+            std::fwrite(out.data(), 1, out.size(), stdout);
+            out.clear();
+        }
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+    if (show_stats) {
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "cordon audit: %llu files, %s searched, %llu lines parsed, %.3f s\n",
+                     static_cast<unsigned long long>(stats.files),
+                     proxy::human_bytes(stats.bytes).c_str(),
+                     static_cast<unsigned long long>(stats.parsed), s);
+    }
+    if (stats.malformed > 0) {
+        std::cerr << "cordon audit: " << stats.malformed
+                  << " candidate lines were not audit JSON and were skipped\n";
+    }
+    if (!error.empty()) {
+        std::cerr << "cordon audit: " << error << '\n';
+        return 1;
+    }
+    if (events.empty()) {
+        std::cerr << "cordon audit: no events of session " << *session << " in " << *dir
+                  << '\n';
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace cordon::cli
