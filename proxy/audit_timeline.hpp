@@ -43,6 +43,11 @@ struct timeline_stats {
     std::uint64_t malformed = 0;  ///< candidate lines that were not audit JSON
 };
 
+/// The offset of every occurrence of every (non-empty) needle in `data`, in one pass over it
+/// (SSE2 where available, else memmem per needle); unordered, a position once per needle.
+void find_needles(std::string_view data, const std::vector<std::string>& needles,
+                  std::vector<std::size_t>& hits);
+
 /// Scans `data` (the bytes of one audit file) and appends the lines of `q.session` within
 /// [since, until], and every kill.network and revive (finish_timeline() keeps those that fall
 /// within the session's span). A last line without its '\n' (being written) is skipped.

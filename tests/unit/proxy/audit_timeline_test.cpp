@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -222,4 +223,39 @@ TEST_CASE("timeline: human_bytes", "[timeline]") {
     CHECK(human_bytes(1024) == "1.0 KiB");
     CHECK(human_bytes(1536) == "1.5 KiB");
     CHECK(human_bytes(5ull << 30) == "5.0 GiB");
+}
+
+TEST_CASE("timeline: find_needles finds what a naive search finds", "[timeline]") {
+    const std::vector<std::string> needles{"\"session\":\"s-0f1e\"", "\"event\":\"kill.network\"",
+                                           "\"event\":\"revive\"", "x", "\"s\":\"\""};
+    // Text made of the needles' own bytes, so that anchors match often and memcmp decides.
+    std::string alphabet = "\"s:-0f1e,kil.ntwrvx{}";
+    std::uint64_t seed = 6;
+    const auto next = [&seed] {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return seed >> 33;
+    };
+    for (int round = 0; round < 40; ++round) {
+        std::string data;
+        const std::size_t len = next() % 3000;
+        while (data.size() < len) {
+            if (next() % 50 == 0) {
+                data += needles[next() % needles.size()];
+            } else {
+                data.push_back(alphabet[next() % alphabet.size()]);
+            }
+        }
+        std::vector<std::size_t> want;
+        for (const auto& n : needles) {
+            for (std::size_t at = data.find(n); at != std::string::npos; at = data.find(n, at + 1)) {
+                want.push_back(at);
+            }
+        }
+        std::vector<std::size_t> got;
+        find_needles(data, needles, got);
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        INFO("round " << round << ", " << data.size() << " bytes");
+        CHECK(got == want);
+    }
 }
