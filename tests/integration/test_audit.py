@@ -142,6 +142,17 @@ class TestTimeline(unittest.TestCase):
                                "arguments": {"cmd": "ls", "api_key": arg_secret}})
         self.assertEqual(r.status, 202, r.body)
         self.assertEqual(json.loads(r.body), {"recorded": "tool.call"})
+        # curl as documented, with a body above 1 KiB (curl sends Expect: 100-continue).
+        body = json.dumps({"event": "tool.call", "tool": "curl.post",
+                           "arguments": {"text": "y" * 2000}})
+        p = H.run_curl(["-sS", "-x", c.proxy_url(s), "-w", "\n%{http_code} %{time_total}",
+                        "-H", "Content-Type: application/json", "--data-binary", body,
+                        "http://cordon.events/v1/events"])
+        out, _, code_time = p.stdout.decode().rpartition("\n")
+        code, took = code_time.split()
+        self.assertEqual(code, "202", p.stderr)
+        self.assertEqual(json.loads(out), {"recorded": "tool.call"})
+        self.assertLess(float(took), 0.9)  # no 1 s wait for a 100 Continue
         r = proxy_event(c, s, b"{\"event\":\"tool.call\"")
         self.assertEqual(r.status, 400)
         self.assertIn("error", json.loads(r.body))
@@ -169,7 +180,7 @@ class TestTimeline(unittest.TestCase):
         st, _ = c.admin("POST", f"/v1/sessions/{sid}/events",
                         {"event": "tool.call", "tool": "late"}, token=s["token"])
         self.assertEqual(st, 403)
-        c.wait_events(lambda e: e["event"] == "tool.call" and e.get("session") == sid, 3)
+        c.wait_events(lambda e: e["event"] == "tool.call" and e.get("session") == sid, 4)
 
         # The timeline as text.
         p = timeline(c, sid)
@@ -179,7 +190,7 @@ class TestTimeline(unittest.TestCase):
         self.assertEqual(kinds[0], "session.create")
         self.assertEqual(kinds[1], "token.mint")
         self.assertEqual(kinds[-1], "kill.session")
-        self.assertEqual([k for k in kinds if k == "tool.call"], ["tool.call"] * 3)
+        self.assertEqual([k for k in kinds if k == "tool.call"], ["tool.call"] * 4)
         order = [kinds.index(k) for k in ("session.create", "conn.open", "conn.close",
                                           "conn.deny", "tool.call", "kill.session")]
         self.assertEqual(order, sorted(order), kinds)
@@ -205,7 +216,7 @@ class TestTimeline(unittest.TestCase):
         ts = [e["ts"] for e in events]
         self.assertEqual(ts, sorted(ts))
         tools = [e for e in events if e["event"] == "tool.call"]
-        self.assertEqual([t["via"] for t in tools], ["admin", "admin", "proxy"])
+        self.assertEqual([t["via"] for t in tools], ["admin", "admin", "proxy", "proxy"])
         self.assertEqual(tools[0]["token_id"], s["token_id"])
         self.assertNotIn("token_id", tools[1])  # the admin token was used
         args0 = json.loads(tools[0]["arguments"])
