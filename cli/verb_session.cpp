@@ -2,7 +2,10 @@
 
 #include <boost/json.hpp>
 
+#include <charconv>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "cli/admin_client.hpp"
@@ -25,10 +28,13 @@ admin options (every verb that talks to the admin API):
   --admin-token-file FILE  its bearer token (env CORDON_ADMIN_TOKEN_FILE)
 )";
 
-constexpr std::string_view status_usage = R"(usage: cordon status [--json] [--admin URL] [--admin-token-file FILE]
+constexpr std::string_view status_usage = R"(usage: cordon status [--top N] [--json] [--admin URL] [--admin-token-file FILE]
 
-Shows cordon's state through the admin API: listeners, policy, audit log health,
-active sessions and live connections.
+Shows cordon's state through the admin API (GET /v1/status and /v1/denials):
+listeners, policy, audit log health, the kill switch, active sessions, live
+connections and tunnels, and per job its denials with the N most denied targets
+(default 3; count, last reason, last seen UTC). Jobs with neither tunnels nor
+denials are left out. --json prints {"status": ..., "denials": ...}.
 )";
 
 bool take_flag(std::vector<std::string_view>& a, std::string_view flag) {
@@ -65,6 +71,81 @@ int call(const admin_target& t, std::string_view verb, std::string_view method,
     } catch (const std::exception& e) {
         std::cerr << "cordon " << verb << ": " << e.what() << '\n';
         return 1;
+    }
+}
+
+std::optional<std::size_t> parse_count(std::string_view s) {
+    std::size_t n = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    if (ec != std::errc() || end != s.data() + s.size()) {
+        return std::nullopt;
+    }
+    return n;
+}
+
+// `s` cut or padded to `width` columns (the API sends printable ASCII targets).
+std::string cell(std::string s, std::size_t width) {
+    if (s.size() > width) {
+        s.resize(width - 1);
+        s += '~';
+    }
+    s.resize(width, ' ');
+    return s;
+}
+
+std::string right(const std::string& s, std::size_t width) {
+    return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+// Per job: denials and active tunnels, then its most denied targets. Fits 80 columns.
+void print_jobs(const json::object& status, const json::object& denials, std::size_t top,
+                std::ostream& out) {
+    struct row {
+        std::uint64_t denied = 0;
+        std::int64_t tunnels = 0;
+        const json::array* targets = nullptr;
+    };
+    std::map<std::string, row> jobs;
+    std::int64_t tunnels_total = 0;
+    if (const auto* t = status.if_contains("tunnels"); t != nullptr && t->is_object()) {
+        for (const auto& [job, n] : t->as_object()) {
+            jobs[std::string(job)].tunnels = n.to_number<std::int64_t>();
+            tunnels_total += n.to_number<std::int64_t>();
+        }
+    }
+    std::uint64_t denied_total = 0;
+    for (const auto& j : denials.at("jobs").as_array()) {
+        const auto& jo = j.as_object();
+        row& r = jobs[std::string(jo.at("job").as_string())];
+        r.denied = jo.at("denied").to_number<std::uint64_t>();
+        r.targets = &jo.at("top").as_array();
+        denied_total += r.denied;
+    }
+    out << "tunnels      " << tunnels_total << " active\n"
+        << "denied       " << denied_total << " since start\n";
+    if (jobs.empty()) {
+        return;
+    }
+    out << "\n" << cell("JOB", 32) << right("DENIED", 10) << right("TUNNELS", 10) << '\n';
+    for (const auto& [job, r] : jobs) {
+        out << cell(job, 32) << right(std::to_string(r.denied), 10)
+            << right(std::to_string(r.tunnels), 10) << '\n';
+        if (r.targets == nullptr) {
+            continue;
+        }
+        std::size_t shown = 0;
+        for (const auto& e : *r.targets) {
+            if (shown++ == top) {
+                break;
+            }
+            const auto& eo = e.as_object();
+            const std::string target = str(eo.at("target"));
+            const std::string seen = str(eo.at("last_seen"));
+            out << "  " << right(str(eo.at("count")), 8) << "  "
+                << cell(target.empty() ? "(no target)" : target, 40) << ' '
+                << cell(str(eo.at("last_reason")), 17) << ' '
+                << (seen.size() >= 19 ? seen.substr(11, 8) : seen) << '\n';
+        }
     }
 }
 
@@ -163,6 +244,19 @@ int status(args in) {
     }
     std::vector<std::string_view> a(in.begin(), in.end());
     const bool as_json = take_flag(a, "--json");
+    std::size_t top = 3;
+    for (auto it = a.begin(); it != a.end(); ++it) {
+        if (*it == "--top") {
+            const auto n = it + 1 != a.end() ? parse_count(*(it + 1)) : std::nullopt;
+            if (!n || *n > 32) {
+                std::cerr << "cordon status: --top takes a number 0-32\n" << status_usage;
+                return 2;
+            }
+            top = *n;
+            a.erase(it, it + 2);
+            break;
+        }
+    }
     admin_target t;
     if (!parse_admin_options(a, t)) {
         return 2;
@@ -175,8 +269,12 @@ int status(args in) {
     if (int rc = call(t, "status", "GET", "/v1/status", {}, v)) {
         return rc;
     }
+    json::value d;
+    if (int rc = call(t, "status", "GET", "/v1/denials", {}, d)) {
+        return rc;
+    }
     if (as_json) {
-        std::cout << json::serialize(v) << '\n';
+        std::cout << json::serialize(json::object{{"status", v}, {"denials", d}}) << '\n';
         return 0;
     }
     const auto& o = v.as_object();
@@ -198,6 +296,7 @@ int status(args in) {
               << '\n'
               << "sessions     " << str(o.at("sessions_active")) << " active\n"
               << "connections  " << str(o.at("connections")) << " open\n";
+    print_jobs(o, d.as_object(), top, std::cout);
     return 0;
 }
 

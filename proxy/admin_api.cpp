@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "config/units.hpp"
+#include "proxy/denials_api.hpp"
 #include "proxy/responses.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/tokens.hpp"
@@ -276,6 +277,8 @@ public:
         }
         if (seg.size() == 1 && seg[0] == "metrics" && verb == http::verb::get) {
             reply r;
+            rt_.stats.set_sessions_active(rt_.sessions.active_count());
+            rt_.stats.set_audit_write_errors(rt_.audit_log_ ? rt_.audit_log_->write_errors() : 0);
             r.text = rt_.stats.render();
             co_return r;
         }
@@ -290,6 +293,9 @@ public:
         }
         if (seg.size() == 2 && seg[1] == "status" && verb == http::verb::get) {
             co_return status();
+        }
+        if (seg.size() == 2 && seg[1] == "denials" && verb == http::verb::get) {
+            co_return denials(req);
         }
         if (seg.size() == 2 && seg[1] == "reload" && verb == http::verb::post) {
             const std::string by = "admin:" + client_;
@@ -356,6 +362,18 @@ private:
         return {http::status::accepted, json::object{{"recorded", "tool.call"}}};
     }
 
+    // GET /v1/denials[?job=J][&limit=N] (proxy/denials_api.cpp).
+    reply denials(const request& req) {
+        reply r;
+        const std::string job = query_param(req.target(), "job");
+        const std::string limit = query_param(req.target(), "limit");
+        json::object body;
+        r.status = static_cast<http::status>(
+            denials_request(rt_.denials, *rt_.policy(), job, limit, body));
+        r.body = std::move(body);
+        return r;
+    }
+
     reply status() {
         const auto p = rt_.policy();
         const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(rt_.now() -
@@ -384,6 +402,11 @@ private:
             kill["at"] = iso(rt_.kill_info.at);
         }
         o["kill"] = std::move(kill);
+        json::object tunnels;
+        for (const auto& [job, n] : rt_.stats.active_tunnels_by_job()) {
+            tunnels[job] = n;
+        }
+        o["tunnels"] = std::move(tunnels);  // active tunnels by job, jobs with none left out
         o["state"] = json::object{{"path", p->source().state.path},
                                   {"healthy", rt_.store != nullptr}};
         if (!rt_.store) {
@@ -518,6 +541,7 @@ private:
         const std::size_t closed = co_await rt_.close_where(of_session, why);
         for (const auto& t : before->tokens) {
             if (!t.revoked) {
+                rt_.stats.count_tokens_revoked();
                 rt_.audit_durable(std::move(rt_.record("token.revoke")
                                                 .add("session", id)
                                                 .add("job", before->job)
@@ -564,6 +588,9 @@ private:
                                         .add("connections_closed",
                                              static_cast<std::uint64_t>(closed))));
         rt_.stats.count_kill(kill_scope::credential, ms / 1000);
+        if (r != revoke_result::already_revoked) {
+            rt_.stats.count_tokens_revoked();
+        }
         rt_.events->publish("token.revoke", id,
                             json::serialize(json::object{{"session", id},
                                                          {"token_id", token_id},
@@ -640,6 +667,7 @@ private:
     }
 
     void audit_mint(const minted& m, const std::string& job) {
+        rt_.stats.count_tokens_minted();
         rt_.audit(std::move(rt_.record("token.mint")
                                 .add("session", m.session_id)
                                 .add("job", job)

@@ -154,6 +154,7 @@ public:
         w_.live.erase(id_);
         --rt_.open_connections;
         release_tunnel_slot();
+        end_tunnel();
     }
     client_conn(const client_conn&) = delete;
     client_conn& operator=(const client_conn&) = delete;
@@ -190,7 +191,25 @@ private:
         double dns_ms = 0;
         double connect_ms = 0;
         bool opened = false;
+        std::uint64_t counted_up = 0;  // bytes the relay already counted in the metrics
+        std::uint64_t counted_down = 0;
     };
+
+    // Metrics of an allowed request once it is connected upstream: counted, and gauged as
+    // an active tunnel until log_close (or the connection's end). The job's series are
+    // looked up once here; the relay counts bytes through the same reference.
+    void begin_tunnel() {
+        end_tunnel();
+        tunnel_metrics_ = &rt_.stats.job(job);
+        tunnel_metrics_->count_allowed();
+        tunnel_metrics_->tunnel_opened();
+    }
+    void end_tunnel() {
+        if (tunnel_metrics_ != nullptr) {
+            tunnel_metrics_->tunnel_closed();
+            tunnel_metrics_ = nullptr;
+        }
+    }
 
     // Phase: answer a denial, audit it, and close.
     awaitable<void> deny(int status, deny_reason reason, std::string_view target,
@@ -355,6 +374,7 @@ private:
                 st.ip = a.to_string();
                 st.connect_ms =
                     std::chrono::duration<double, std::milli>(steady::now() - t0).count();
+                rt_.stats.observe_upstream_connect(st.connect_ms / 1000);
                 upstream_.socket().set_option(tcp::no_delay(true), ignored);
                 co_return error_code{};
             }
@@ -419,6 +439,10 @@ private:
             .add("duration_ms", static_cast<std::int64_t>(ms.count()))
             .add("reason", reason);
         rt_.audit(std::move(r));
+        job_metrics& m = tunnel_metrics_ != nullptr ? *tunnel_metrics_ : rt_.stats.job(job);
+        m.count_bytes(true, st.bytes_up - std::min(st.counted_up, st.bytes_up));
+        m.count_bytes(false, st.bytes_down - std::min(st.counted_down, st.bytes_down));
+        end_tunnel();
     }
 
     std::string close_reason(const relay_result& rr) const {
@@ -495,6 +519,7 @@ private:
     std::uint64_t id_;
     std::string closed_by_;  // set when closed from outside: a kill, revocation, reload
     std::shared_ptr<session_usage> usage_;
+    job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
     bool holds_slot_ = false;
     std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
@@ -659,8 +684,10 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
     }
 
     const auto& ps = policy->source().proxy;
+    begin_tunnel();  // counted allowed only now: an SNI mismatch is a denial, not both
     relay_hooks hooks;
     hooks.idle_timeout = ps.idle_timeout;
+    hooks.bytes = tunnel_metrics_;
     hooks.allow_up = [&](std::size_t n) -> std::size_t {
         if (!usage_ || !j.limits.max_bytes_up) {
             return n;
@@ -691,6 +718,8 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
             co_await relay(w_, client_.socket(), upstream_.socket(), hooks);
         st.bytes_up += r.bytes_up;
         st.bytes_down += r.bytes_down;
+        st.counted_up += r.bytes_up;
+        st.counted_down += r.bytes_down;
         reason = close_reason(r);
     } else if (!closed_by_.empty()) {
         reason = closed_by_;
@@ -781,6 +810,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         usage_ = rt_.usage_for(session);
     }
     log_open(st);
+    begin_tunnel();
 
     // Phase: forward the request, head then body, streaming. A client that asked to be told
     // before sending its body (Expect: 100-continue) is told now: the request is allowed
@@ -941,9 +971,12 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         }
         relay_hooks hooks;
         hooks.idle_timeout = ps.idle_timeout;
+        hooks.bytes = tunnel_metrics_;
         const relay_result r = co_await relay(w_, client_.socket(), upstream_.socket(), hooks);
         st.bytes_up += r.bytes_up;
         st.bytes_down += r.bytes_down;
+        st.counted_up += r.bytes_up;
+        st.counted_down += r.bytes_down;
         log_close(st, close_reason(r));
         co_return false;
     }

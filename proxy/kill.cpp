@@ -123,6 +123,7 @@ awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& 
     out.connections_closed = co_await close_where(of_session, why, persist);
     out.elapsed_ms = ms_since(t0);
     stats.count_kill(kill_scope::session, out.elapsed_ms / 1000);
+    stats.count_tokens_revoked(out.tokens_revoked);
     audit_durable(std::move(record("kill.session")
                                 .add("session", id)
                                 .add("job", before->job)

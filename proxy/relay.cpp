@@ -198,6 +198,9 @@ awaitable<void> pump(worker& w, tcp::socket& from, tcp::socket& to, bool up,
             }
         }
         (up ? st.result.bytes_up : st.result.bytes_down) += pass;
+        if (hooks.bytes != nullptr) {
+            hooks.bytes->count_bytes(up, pass);
+        }
         if (pass < n) {
             st.result.budget = true;
             error_code ignored;

@@ -16,6 +16,9 @@ struct relay_hooks {
     /// budget). Passing fewer than asked ends the relay.
     std::function<std::size_t(std::size_t)> allow_up;
     std::chrono::milliseconds idle_timeout{300'000};
+    /// When set, every chunk relayed is counted here as it passes (cordon_bytes_total), so
+    /// long tunnels show in the byte rate while they run, not only when they close.
+    job_metrics* bytes = nullptr;
 };
 
 struct relay_result {

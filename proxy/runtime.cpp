@@ -4,6 +4,17 @@
 #include "config/load.hpp"
 
 namespace cordon::proxy {
+namespace {
+
+std::vector<std::string> job_names(const config::compiled_policy& p) {
+    std::vector<std::string> out;
+    for (const auto& j : p.source().jobs) {
+        out.push_back(j.name);
+    }
+    return out;
+}
+
+}  // namespace
 
 bool self_addresses::is_self(const config::ip_address& a, std::uint16_t port) const {
     for (const auto& l : listeners) {
@@ -29,7 +40,9 @@ bool self_addresses::is_self(const config::ip_address& a, std::uint16_t port) co
 }
 
 runtime::runtime(std::string config_path, std::shared_ptr<const config::compiled_policy> p)
-    : config_path_(std::move(config_path)), policy_(std::move(p)) {}
+    : config_path_(std::move(config_path)), policy_(std::move(p)) {
+    stats.add_jobs(job_names(*policy_.load()));
+}
 
 bool runtime::audit(audit_record&& r) {
     return audit_log_ != nullptr && audit_log_->write(std::move(r));
@@ -45,7 +58,8 @@ bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_
 
 void runtime::denied(const denial& d) {
     // Observers (metrics, the denial table, the webhook) join here.
-    static_cast<void>(d);
+    stats.count_denied(d.job, d.reason, d.kind != "dns");
+    denials.record(d.job, d.target, d.reason, d.kind, now());
 }
 
 std::shared_ptr<session_usage> runtime::usage_for(const std::string& session) {
@@ -126,6 +140,7 @@ awaitable<std::string> runtime::reload(const std::string& by) {
             errors += '\n';
         }
         ++reloads_failed;
+        stats.count_config_reload(false);
         auto rec = record("config.reload");
         rec.add("result", "error").add("by", by).add("source", config_path_).add("errors",
                                                                                errors);
@@ -135,6 +150,8 @@ awaitable<std::string> runtime::reload(const std::string& by) {
     auto next = config::compile(std::move(*r.value));
     set_policy(next);
     ++reloads_ok;
+    stats.add_jobs(job_names(*next));
+    stats.count_config_reload(true);
     // Live connections the new policy no longer allows are closed.
     const std::function<bool(const live_connection&)> no_longer_allowed =
         [next](const live_connection& c) {

@@ -16,6 +16,7 @@
 #include "dns/resolver.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/audit.hpp"
+#include "proxy/denial_table.hpp"
 #include "proxy/events.hpp"
 #include "proxy/metrics.hpp"
 #include "proxy/sessions.hpp"
@@ -156,6 +157,7 @@ public:
     std::string store_error;
     std::unique_ptr<event_bus> events;   ///< control thread only
     metrics stats;
+    denial_table denials;  ///< top denied targets per job (GET /v1/denials)
     std::vector<std::unique_ptr<worker>> workers;
     self_addresses self;
     config::endpoint proxy_endpoint;
