@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "config/classify.hpp"
+#include "config/http_url.hpp"
 #include "config/units.hpp"
 
 namespace cordon::config {
@@ -556,15 +557,157 @@ private:
         }
         const auto keys = check_keys(n, "alerts", {"webhook"});
         if (const auto* v = find(keys, "webhook")) {
-            if (auto s = get_string(*v, "alerts.webhook")) {
-                if (!s->starts_with("http://") && !s->starts_with("https://")) {
-                    error(*v, "alerts.webhook", "expected an http:// or https:// URL");
-                } else if (s->find_first_of(" \t\r\n") != std::string::npos) {
-                    error(*v, "alerts.webhook", "URL contains whitespace");
-                } else {
-                    out.webhook = std::move(*s);
+            load_webhook(*v, out);
+        }
+    }
+
+    // The URL may be a secret (Slack webhook URLs are): no message here quotes it, and none
+    // quotes a header value.
+    std::optional<std::string> get_webhook_url(const YAML::Node& n, const std::string& path) {
+        auto s = get_string(n, path);
+        if (!s) {
+            return std::nullopt;
+        }
+        const http_url_result u = parse_http_url(*s);
+        if (!u.value) {
+            error(n, path, u.error);
+            return std::nullopt;
+        }
+        return s;
+    }
+
+    void load_webhook(const YAML::Node& n, alerts_spec& out) {
+        const std::string path = "alerts.webhook";
+        if (n.IsScalar()) {
+            if (auto url = get_webhook_url(n, path)) {
+                out.webhook.emplace();
+                out.webhook->url = std::move(*url);
+            }
+            return;
+        }
+        if (!n.IsMap()) {
+            error(n, path, "expected a URL or a mapping with url, interval, ..., got " +
+                               kind_of(n));
+            return;
+        }
+        const auto keys =
+            check_keys(n, path, {"url", "interval", "max_per_minute", "timeout", "retries",
+                                 "burst_threshold", "burst_window", "headers"});
+        webhook_spec w;
+        bool ok = true;
+        if (const auto* v = find(keys, "url")) {
+            auto url = get_webhook_url(*v, path + ".url");
+            ok = url.has_value();
+            w.url = url.value_or("");
+        } else {
+            error(n, path, "missing key 'url'");
+            ok = false;
+        }
+        using std::chrono::milliseconds;
+        using std::chrono::seconds;
+        const std::tuple<const char*, milliseconds*, milliseconds, milliseconds> durations[] = {
+            {"interval", &w.interval, milliseconds(100), std::chrono::hours(1)},
+            {"timeout", &w.timeout, milliseconds(100), seconds(60)},
+            {"burst_window", &w.burst_window, milliseconds(100), std::chrono::hours(1)},
+        };
+        for (const auto& [name, field, lo, hi] : durations) {
+            if (const auto* v = find(keys, name)) {
+                if (auto d = get_duration(*v, path + "." + name, lo, hi)) {
+                    *field = *d;
                 }
             }
+        }
+        const std::tuple<const char*, std::uint32_t*, std::int64_t, std::int64_t, const char*>
+            counts[] = {
+                {"max_per_minute", &w.max_per_minute, 1, 6000, "a count"},
+                {"retries", &w.retries, 0, 10, "a count"},
+                // Each tracked session keeps its last burst_threshold denial times.
+                {"burst_threshold", &w.burst_threshold, 1, 1000, "a count"},
+            };
+        for (const auto& [name, field, lo, hi, what] : counts) {
+            if (const auto* v = find(keys, name)) {
+                if (auto c = get_int(*v, path + "." + name, lo, hi, what)) {
+                    *field = static_cast<std::uint32_t>(*c);
+                }
+            }
+        }
+        if (const auto* v = find(keys, "headers")) {
+            load_webhook_headers(*v, path + ".headers", w.headers);
+        }
+        if (ok) {
+            out.webhook = std::move(w);
+        }
+    }
+
+    void load_webhook_headers(const YAML::Node& n, const std::string& path,
+                              std::vector<std::pair<std::string, std::string>>& out) {
+        if (!expect_map(n, path)) {
+            return;
+        }
+        constexpr std::size_t max_headers = 32;
+        constexpr std::size_t max_value = 8192;
+        // Headers cordon writes itself, or that would change how the request is framed.
+        constexpr std::string_view reserved[] = {"host",    "content-length", "content-type",
+                                                 "transfer-encoding", "connection", "te",
+                                                 "upgrade", "expect",         "keep-alive",
+                                                 "trailer"};
+        std::set<std::string> seen;
+        for (const auto& entry : n) {
+            const YAML::Node& key = entry.first;
+            const YAML::Node& value = entry.second;
+            if (!key.IsScalar()) {
+                error(key, path, "header names must be plain words, got " + kind_of(key));
+                continue;
+            }
+            const std::string& name = key.Scalar();
+            const bool token =
+                !name.empty() && name.size() <= 64 &&
+                std::all_of(name.begin(), name.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '-' || c == '_';
+                });
+            if (!token) {
+                error(key, path, "'" + name + "' is not a header name ([A-Za-z0-9_-], at "
+                                 "most 64 characters)");
+                continue;
+            }
+            std::string lower = name;
+            for (char& c : lower) {
+                c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+            }
+            const std::string where = path + "." + name;
+            if (std::find(std::begin(reserved), std::end(reserved), lower) !=
+                std::end(reserved)) {
+                error(key, where, "cordon sets this header itself");
+                continue;
+            }
+            if (!seen.insert(lower).second) {
+                error(key, where, "header given twice");
+                continue;
+            }
+            if (out.size() == max_headers) {
+                error(key, path, "more than 32 headers");
+                break;
+            }
+            // Values are secrets: messages say what is wrong, never what was written.
+            if (!value.IsScalar()) {
+                error(value, where, "expected a string, got " +
+                                        std::string(value.IsSequence() ? "a list"
+                                                    : value.IsMap()    ? "a mapping"
+                                                                       : "nothing"));
+                continue;
+            }
+            const std::string& v = value.Scalar();
+            const bool clean = std::all_of(v.begin(), v.end(), [](char c) {
+                const auto b = static_cast<unsigned char>(c);
+                return b == '\t' || (b >= 0x20 && b != 0x7f);
+            });
+            if (v.empty() || v.size() > max_value || !clean) {
+                error(value, where, "the value must be 1..8192 characters without control "
+                                    "characters or line breaks");
+                continue;
+            }
+            out.emplace_back(name, v);
         }
     }
 
@@ -742,7 +885,27 @@ private:
                 std::set<std::string> names;
                 for (std::size_t i = 0; i < v->size(); ++i) {
                     const std::string ip = ep + "[" + std::to_string(i) + "]";
-                    auto s = get_string((*v)[i], ip);
+                    bool allow_long_lived = false;
+                    std::optional<std::string> s;
+                    if ((*v)[i].IsMap()) {
+                        // {name: X, allow_long_lived: true}: `cordon run` passes X even if
+                        // its value looks like a long-lived key.
+                        const auto ek = check_keys((*v)[i], ip, {"name", "allow_long_lived"});
+                        if (const auto* nv = find(ek, "name")) {
+                            s = get_string(*nv, ip + ".name");
+                        } else {
+                            error((*v)[i], ip, "missing key 'name'");
+                        }
+                        if (const auto* av = find(ek, "allow_long_lived")) {
+                            bool b = false;
+                            if (!av->IsScalar() || !YAML::convert<bool>::decode(*av, b)) {
+                                error(*av, ip + ".allow_long_lived", "expected true or false");
+                            }
+                            allow_long_lived = b;
+                        }
+                    } else {
+                        s = get_string((*v)[i], ip);
+                    }
                     if (!s) {
                         continue;
                     }
@@ -751,6 +914,9 @@ private:
                     } else if (!names.insert(*s).second) {
                         error((*v)[i], ip, "'" + *s + "' listed twice");
                     } else {
+                        if (allow_long_lived) {
+                            j.env_allow_long_lived.push_back(*s);
+                        }
                         j.env.push_back(std::move(*s));
                     }
                 }
@@ -952,7 +1118,35 @@ private:
             }
         }
         if (const auto* v = find(keys, "mint")) {
-            out.mint = get_string(*v, path + ".mint");
+            if (v->IsMap()) {
+                // {command: CMD, env: NAME} or {command: CMD, file: NAME-in-scratch}
+                const std::string mp = path + ".mint";
+                const auto mk = check_keys(*v, mp, {"command", "env", "file"});
+                if (const auto* c = find(mk, "command")) {
+                    out.mint = get_string(*c, mp + ".command");
+                } else {
+                    error(*v, mp, "missing key 'command'");
+                }
+                if (const auto* e = find(mk, "env")) {
+                    out.mint_env = get_string(*e, mp + ".env");
+                    if (out.mint_env && !valid_env_name(*out.mint_env)) {
+                        error(*e, mp + ".env", "'" + *out.mint_env + "' is not a variable name");
+                    }
+                }
+                if (const auto* f = find(mk, "file")) {
+                    out.mint_file = get_string(*f, mp + ".file");
+                    if (out.mint_file && (out.mint_file->empty() ||
+                                          out.mint_file->find('/') != std::string::npos ||
+                                          *out.mint_file == "." || *out.mint_file == "..")) {
+                        error(*f, mp + ".file", "expected a file name inside scratch (no '/')");
+                    }
+                }
+                if (find(mk, "env") != nullptr && find(mk, "file") != nullptr) {
+                    error(*v, mp, "give env or file, not both");
+                }
+            } else {
+                out.mint = get_string(*v, path + ".mint");
+            }
         }
         if (const auto* v = find(keys, "revoke")) {
             out.revoke = get_string(*v, path + ".revoke");
@@ -963,7 +1157,17 @@ private:
         if (!expect_map(n, path)) {
             return;
         }
-        const auto keys = check_keys(n, path, {"scratch", "never_write"});
+        const auto keys = check_keys(n, path, {"scratch", "never_write", "landlock"});
+        if (const auto* v = find(keys, "landlock")) {
+            if (auto s = get_string(*v, path + ".landlock")) {
+                if (*s == "optional") {
+                    out.landlock_optional = true;
+                } else if (*s != "required") {
+                    error(*v, path + ".landlock", "expected required or optional, got '" + *s +
+                                                      "'");
+                }
+            }
+        }
         if (const auto* v = find(keys, "scratch")) {
             out.scratch = get_path(*v, path + ".scratch");
             if (out.scratch && !plain_path(*out.scratch)) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/host.hpp"
@@ -60,11 +61,18 @@ struct identity_spec {
     std::chrono::milliseconds ttl = std::chrono::minutes(30);  ///< within 1m..24h
     std::optional<std::string> mint;    ///< command printing a short-lived credential
     std::optional<std::string> revoke;  ///< command run at session end and on kill
+    /// Where `cordon run` puts the minted credential: an environment variable (default
+    /// CORDON_IDENTITY) or a file name inside scratch; at most one is set.
+    std::optional<std::string> mint_env;
+    std::optional<std::string> mint_file;
 };
 
 struct filesystem_spec {
     std::optional<std::string> scratch;    ///< absolute path; the only writable place
     std::vector<std::string> never_write;  ///< absolute paths
+    /// `landlock: optional`: `cordon run` may run on the read-only mounts alone where the
+    /// kernel has no Landlock (with a warning); required by default.
+    bool landlock_optional = false;
 };
 
 /// A job card: what the agent is for and exactly what that needs.
@@ -80,6 +88,9 @@ struct job {
     identity_spec identity;
     filesystem_spec filesystem;
     std::vector<std::string> env;  ///< variable names passed into the sandbox
+    /// Names of `env` marked `allow_long_lived: true`: passed even if the value looks like a
+    /// long-lived key (`cordon run` refuses such values otherwise).
+    std::vector<std::string> env_allow_long_lived;
     source_pos pos;
 };
 
@@ -150,8 +161,21 @@ struct audit_spec {
     std::uint64_t max_file_bytes = 256ull * 1024 * 1024;
 };
 
+/// The alert webhook: denials coalesced per session into JSON POSTs (proxy/webhook.hpp).
+struct webhook_spec {
+    std::string url;  ///< http(s); may embed a secret: log only config::http_url::origin()
+    std::chrono::milliseconds interval{60'000};   ///< coalescing window per session
+    std::uint32_t max_per_minute = 30;            ///< POSTs across all sessions
+    std::chrono::milliseconds timeout{5'000};     ///< one delivery attempt, end to end
+    std::uint32_t retries = 3;                    ///< after the first attempt
+    std::uint32_t burst_threshold = 10;           ///< denials of one session within
+    std::chrono::milliseconds burst_window{60'000};  ///< burst_window that make a burst
+    /// Extra request headers (e.g. Authorization). Values are secrets: never logged.
+    std::vector<std::pair<std::string, std::string>> headers;
+};
+
 struct alerts_spec {
-    std::optional<std::string> webhook;  ///< http(s) URL
+    std::optional<webhook_spec> webhook;  ///< unset: no webhook
 };
 
 struct kill_spec {

@@ -256,6 +256,21 @@ int run_daemon(const daemon_options& opts) {
         },
         last_event);
     rt.stats.set_kill_switch_engaged(rt.network_killed);
+    // The alert webhook: its own thread; denials reach it through runtime::denied().
+    // Delivery failures (after the last retry) are audited as alert.error, without the URL.
+    rt.notifier = std::make_unique<denial_notifier>(denial_notifier::callbacks{
+        [&rt](const std::string& job) { rt.stats.count_denial_burst(job); },
+        [&rt](const delivery_failure& f) {
+            auto rec = rt.record("alert.error");
+            rec.add("webhook", f.webhook)
+                .add("job", f.job)
+                .add("session", f.session)
+                .add("denials", f.denials)
+                .add("attempts", f.attempts)
+                .add("error", f.error);
+            rt.audit(std::move(rec));
+        }});
+    rt.notifier->configure(rt.policy()->source().alerts.webhook);
     const unsigned threads =
         opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
 
@@ -489,6 +504,7 @@ int run_daemon(const daemon_options& opts) {
     }
     dns_servers.clear();  // their sockets go while their io_contexts still exist
     rt.workers.clear();  // connections still suspended are destroyed while `rt` is whole
+    rt.notifier->stop(std::chrono::seconds(2));  // flushes open alert windows; no more denials
     rt.audit_log_->stop();
     std::cerr << "cordon: stopped\n";
     return 0;

@@ -60,6 +60,9 @@ void runtime::denied(const denial& d) {
     // Observers (metrics, the denial table, the webhook) join here.
     stats.count_denied(d.job, d.reason, d.kind != "dns");
     denials.record(d.job, d.target, d.reason, d.kind, now());
+    if (notifier) {
+        notifier->submit(d.job, d.session, d.reason, d.target, d.kind);
+    }
 }
 
 std::shared_ptr<session_usage> runtime::usage_for(const std::string& session) {
@@ -152,6 +155,9 @@ awaitable<std::string> runtime::reload(const std::string& by) {
     ++reloads_ok;
     stats.add_jobs(job_names(*next));
     stats.count_config_reload(true);
+    if (notifier) {
+        notifier->configure(next->source().alerts.webhook);  // new settings apply now
+    }
     // Live connections the new policy no longer allows are closed.
     const std::function<bool(const live_connection&)> no_longer_allowed =
         [next](const live_connection& c) {

@@ -21,6 +21,7 @@
 #include "proxy/metrics.hpp"
 #include "proxy/sessions.hpp"
 #include "proxy/state_store.hpp"
+#include "proxy/webhook.hpp"
 
 namespace cordon::proxy {
 
@@ -158,6 +159,8 @@ public:
     std::unique_ptr<event_bus> events;   ///< control thread only
     metrics stats;
     denial_table denials;  ///< top denied targets per job (GET /v1/denials)
+    /// The alert webhook (alerts.webhook); set by the daemon before the workers start.
+    std::unique_ptr<denial_notifier> notifier;
     std::vector<std::unique_ptr<worker>> workers;
     self_addresses self;
     config::endpoint proxy_endpoint;

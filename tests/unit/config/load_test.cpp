@@ -204,7 +204,10 @@ TEST_CASE("load: the full fixture sets every key of the schema", "[load]") {
         CHECK(p.state.path == "/srv/cordon/state");
         CHECK(p.audit.path == "/srv/cordon/audit");
         CHECK(p.audit.retention_days == 30);
-        CHECK(p.alerts.webhook == "https://hooks.example.com/cordon?team=netops");
+        REQUIRE(p.alerts.webhook.has_value());
+        CHECK(p.alerts.webhook->url == "https://hooks.example.com/cordon?team=netops");
+        CHECK(p.alerts.webhook->interval == std::chrono::seconds(60));  // the defaults
+        CHECK(p.alerts.webhook->max_per_minute == 30);
         CHECK(p.kill.stop_authority == strings{"netops-oncall", "security-oncall"});
         CHECK(p.kill.max_stop_seconds == 120);
     }
@@ -718,8 +721,10 @@ TEST_CASE("load: values of the wrong type", "[load]") {
          "audit.retention_days", "expected days 1..3650, got a mapping"},
         {"alerts is a list", with_top("alerts: []"), 3, 9, "alerts",
          "expected a mapping, got a list"},
-        {"webhook is a mapping", with_top("alerts: { webhook: { url: x } }"), 3, 20,
-         "alerts.webhook", "expected a string, got a mapping"},
+        {"webhook is a list", with_top("alerts: { webhook: [x] }"), 3, 20, "alerts.webhook",
+         "expected a URL or a mapping with url, interval, ..., got a list"},
+        {"webhook.url is not a URL", with_top("alerts: { webhook: { url: x } }"), 3, 27,
+         "alerts.webhook.url", "expected an http:// or https:// URL"},
         {"kill is a string", with_top("kill: x"), 3, 7, "kill", "expected a mapping, got 'x'"},
         {"stop_authority is a string", with_top("kill: { stop_authority: oncall }"), 3, 25,
          "kill.stop_authority", "expected a list of people or teams, got 'oncall'"},
