@@ -7,15 +7,17 @@ Run: CORDON_BIN=build/cordon python3 -m unittest -v test_webhook   (from tests/i
 What is proved: one POST per session per interval (coalescing), its JSON shape for Slack
 (`text`) and Alertmanager-style receivers (`alerts[0].labels.alertname`), the burst counter,
 a retry after a 500 and after a 429 with Retry-After, the per-minute rate limit, new settings
-on reload, that a dead or hanging receiver never slows denials, that failures are audited as
-alert.error, and that the URL's secret path and query and the header values never reach
-cordon's stderr or audit log.
+on reload, https with certificate and host-name verification, that a dead or hanging receiver
+never slows denials, that failures are audited as alert.error, and that the URL's secret path
+and query and the header values never reach cordon's stderr or audit log.
 """
 
 import http.server
 import json
+import os
 import socket
 import socketserver
+import ssl
 import statistics
 import subprocess
 import threading
@@ -102,6 +104,25 @@ class Receiver:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class TLSReceiver(Receiver):
+    """Receiver over TLS with a certificate made for `san` (e.g. "IP:127.0.0.1")."""
+
+    def __init__(self, tmp, san, answers=()):
+        super().__init__(answers)
+        self.cert, key = tmp.join(f"cert-{self.port}.pem"), tmp.join(f"key-{self.port}.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                        "2", "-keyout", key, "-out", self.cert, "-subj", "/CN=webhook-test",
+                        "-addext", f"subjectAltName={san}"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=60)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, key)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+
+    def url(self, path="/hook"):
+        return f"https://127.0.0.1:{self.port}{path}"
 
 
 class HangingReceiver:
@@ -227,10 +248,21 @@ class WebhookCase(unittest.TestCase):
     def tearDownClass(cls):
         cls.UP.stop()
 
-    def start(self, alerts):
+    def start(self, alerts, ca_file=None):
+        """Starts cordon; with ca_file, OpenSSL's default CA store is that file
+        (SSL_CERT_FILE), as if it were the system's."""
         c = WebhookCordon(alerts, self.UP.port)
         self.addCleanup(c.cleanup)
-        c.start()
+        saved = os.environ.get("SSL_CERT_FILE")
+        if ca_file:
+            os.environ["SSL_CERT_FILE"] = ca_file
+        try:
+            c.start()
+        finally:
+            if saved is None:
+                os.environ.pop("SSL_CERT_FILE", None)
+            else:
+                os.environ["SSL_CERT_FILE"] = saved
         return c
 
     def receiver(self, answers=()):
@@ -420,6 +452,47 @@ class DeliveryTest(WebhookCase):
         time.sleep(1.5)
         self.assertEqual(len(second.snapshot()), 1)
         self.assertEqual(first.snapshot(), [])
+
+
+class HttpsTest(WebhookCase):
+
+    def setUp(self):
+        self.tmp = H.TempDir("cordon-it-webhook-")
+        self.addCleanup(self.tmp.cleanup)
+
+    def tls_receiver(self, san):
+        r = TLSReceiver(self.tmp, san)
+        self.addCleanup(r.stop)
+        return r
+
+    def test_https_delivered_when_the_certificate_verifies(self):
+        rec = self.tls_receiver("IP:127.0.0.1")
+        cordon = self.start(alerts_yaml(rec.url()), ca_file=rec.cert)
+        s = cordon.create_session("web")
+        deny_connect(cordon, s, "evil.test:443")
+        posts = rec.wait(1, 5)
+        self.assertEqual(len(posts), 1, cordon.stderr_text())
+        self.assertEqual(posts[0]["json"]["cordon"]["session"], s["id"])
+
+    def test_https_refused_for_an_untrusted_certificate(self):
+        rec = self.tls_receiver("IP:127.0.0.1")
+        cordon = self.start(alerts_yaml(rec.url(), retries=0))  # the system CAs only
+        s = cordon.create_session("web")
+        deny_connect(cordon, s, "evil.test:443")
+        errs = cordon.wait_events(lambda e: e["event"] == "alert.error", 1, 6)
+        self.assertEqual(len(errs), 1)
+        self.assertIn("TLS handshake", errs[0]["error"])
+        self.assertEqual(rec.snapshot(), [], "an alert went to an unverified receiver")
+
+    def test_https_refused_for_another_host_name(self):
+        rec = self.tls_receiver("DNS:other.test")  # trusted, but not for 127.0.0.1
+        cordon = self.start(alerts_yaml(rec.url(), retries=0), ca_file=rec.cert)
+        s = cordon.create_session("web")
+        deny_connect(cordon, s, "evil.test:443")
+        errs = cordon.wait_events(lambda e: e["event"] == "alert.error", 1, 6)
+        self.assertEqual(len(errs), 1)
+        self.assertIn("TLS handshake", errs[0]["error"])
+        self.assertEqual(rec.snapshot(), [], "an alert went to a receiver of another name")
 
 
 class DeadReceiverTest(WebhookCase):
