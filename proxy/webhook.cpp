@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -113,6 +114,7 @@ struct denial_notifier::impl {
     std::atomic<std::uint64_t> dropped{0};
     std::atomic<std::uint64_t> delivered{0};
     std::atomic<std::uint64_t> failed{0};
+    std::string last_configured;  // the control thread's last configure() message
 
     // The notifier thread only.
     std::shared_ptr<const sink> current;
@@ -363,10 +365,15 @@ void denial_notifier::configure(const std::optional<config::webhook_spec>& spec)
                       << ec.message() << "); deliveries to " << s->origin << " will fail\n";
         }
     }
-    std::cerr << "cordon: webhook: denial alerts go to " << s->origin << " (one per session per "
-              << config::format_duration(spec->interval) << ", at most " << spec->max_per_minute
-              << " a minute; a burst is " << spec->burst_threshold << " denials within "
-              << config::format_duration(spec->burst_window) << ")\n";
+    std::ostringstream said;
+    said << "cordon: webhook: denial alerts go to " << s->origin << " (one per session per "
+         << config::format_duration(spec->interval) << ", at most " << spec->max_per_minute
+         << " a minute; a burst is " << spec->burst_threshold << " denials within "
+         << config::format_duration(spec->burst_window) << ")\n";
+    if (said.str() != m.last_configured || !m.enabled.load()) {
+        std::cerr << said.str();  // at start, and on reloads that change something visible
+        m.last_configured = said.str();
+    }
     if (!m.queue) {
         m.queue = std::make_unique<bounded_queue<denial_event>>(queue_capacity);
     }
