@@ -18,6 +18,7 @@ int kill(args a);
 int revive(args a);
 int token(args a);
 int audit(args a);
+int run(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

@@ -6,6 +6,8 @@
 
 #include "config/units.hpp"
 #include "proxy/denials_api.hpp"
+#include "proxy/job_card_api.hpp"
+#include "proxy/shim_event.hpp"
 #include "proxy/responses.hpp"
 #include "proxy/runtime.hpp"
 #include "proxy/tokens.hpp"
@@ -308,6 +310,15 @@ public:
         if (seg.size() >= 2 && seg[1] == "sessions") {
             co_return co_await sessions(req, seg);
         }
+        // GET /v1/jobs/NAME: what `cordon run` enforces (proxy/job_card_api.cpp).
+        if (seg.size() == 3 && seg[1] == "jobs" && verb == http::verb::get) {
+            const auto p = rt_.policy();
+            const config::job* j = p->source().find_job(seg[2]);
+            if (j == nullptr) {
+                co_return error(http::status::not_found, "no job " + std::string(seg[2]));
+            }
+            co_return reply{http::status::ok, job_card_json(*j)};
+        }
         co_return error(http::status::not_found, "no such endpoint");
     }
 
@@ -350,6 +361,21 @@ private:
             return error(http::status::method_not_allowed, "use POST");
         }
         std::string why;
+        // The shim's own events (file.write, identity.*): admin token only, never an agent's.
+        if (is_shim_event(req.body())) {
+            if (!token_id.empty() || !authorized(req)) {
+                return error(http::status::forbidden, "only the admin token may post this event");
+            }
+            auto rec = parse_shim_event(req.body(), id, job, rt_.now(), why);
+            if (!rec) {
+                return error(http::status::bad_request, why);
+            }
+            if (!rt_.audit(std::move(*rec))) {
+                return error(http::status::service_unavailable,
+                             "the audit log is unavailable; nothing recorded");
+            }
+            return {http::status::accepted, json::object{{"recorded", "shim event"}}};
+        }
         const auto e = parse_tool_event(req.body(), why);
         if (!e) {
             return error(http::status::bad_request, why);
@@ -379,6 +405,9 @@ private:
         const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(rt_.now() -
                                                                              rt_.started);
         json::object listen{{"proxy", rt_.proxy_endpoint.to_string()}};
+        if (const auto& d = p->source().listen.dns; d && d->port != 0) {
+            listen["dns"] = d->to_string();  // as configured (`cordon run` relays to it)
+        }
         json::object o{
             {"version", CORDON_VERSION},
             {"uptime_s", uptime.count()},

@@ -1,0 +1,566 @@
+#include "shims/run.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json.hpp>
+
+#include <condition_variable>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "shims/env.hpp"
+#include "shims/follow.hpp"
+#include "shims/hooks.hpp"
+#include "shims/relay.hpp"
+#include "shims/sandbox.hpp"
+#include "shims/scratch_watch.hpp"
+
+extern char** environ;
+
+namespace cordon::shim {
+namespace {
+
+namespace json = boost::json;
+namespace net = boost::asio;
+using clock = std::chrono::steady_clock;
+
+constexpr auto hook_timeout = std::chrono::seconds(30);
+constexpr int exit_killed = 137;
+
+void say(const run_options& o, const std::string& m) {
+    if (!o.quiet) {
+        std::cerr << "cordon run: " << m << '\n';
+    }
+}
+
+std::string str(const json::object& o, const char* key) {
+    if (const auto* v = o.if_contains(key); v != nullptr && v->is_string()) {
+        return std::string(v->as_string());
+    }
+    return {};
+}
+
+// One admin call expecting `want`; the parsed object, or nullopt with `err` set.
+std::optional<json::object> call_json(admin_port& a, std::string_view method,
+                                      std::string_view path, std::string_view body, int want,
+                                      std::string& err) {
+    admin_reply r;
+    try {
+        r = a.call(method, path, body);
+    } catch (const std::exception& e) {
+        err = e.what();
+        return std::nullopt;
+    }
+    boost::system::error_code ec;
+    auto v = json::parse(r.body, ec);
+    if (r.status != want) {
+        err = std::string(method) + " " + std::string(path) + ": " + std::to_string(r.status);
+        if (!ec && v.is_object() && !str(v.as_object(), "error").empty()) {
+            err += ": " + str(v.as_object(), "error");
+        }
+        return std::nullopt;
+    }
+    if (ec || !v.is_object()) {
+        err = std::string(path) + ": the admin API answered no JSON object";
+        return std::nullopt;
+    }
+    return std::move(v.as_object());
+}
+
+// "127.0.0.1:3128", "[::1]:53" -> host, port. Wildcards become loopback.
+std::optional<relay_target> host_port(std::string_view s) {
+    relay_target t;
+    std::string_view port;
+    if (s.starts_with('[')) {
+        const auto close = s.find(']');
+        if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+            return std::nullopt;
+        }
+        t.host.assign(s.substr(1, close - 1));
+        port = s.substr(close + 2);
+    } else {
+        const auto colon = s.rfind(':');
+        if (colon == std::string_view::npos) {
+            return std::nullopt;
+        }
+        t.host.assign(s.substr(0, colon));
+        port = s.substr(colon + 1);
+    }
+    int p = 0;
+    for (const char c : port) {
+        if (c < '0' || c > '9' || p > 65535) {
+            return std::nullopt;
+        }
+        p = p * 10 + (c - '0');
+    }
+    if (p <= 0 || p > 65535 || t.host.empty()) {
+        return std::nullopt;
+    }
+    t.port = static_cast<std::uint16_t>(p);
+    if (t.host == "0.0.0.0") {
+        t.host = "127.0.0.1";
+    } else if (t.host == "::") {
+        t.host = "::1";
+    }
+    return t;
+}
+
+// Posts the shim's audit events from a thread of its own: the io thread never waits for
+// the admin API. Bounded queue; drained (within a deadline) before the session ends.
+class event_poster {
+public:
+    event_poster(admin_port& a, std::string session) : admin_(a), session_(std::move(session)) {
+        thread_ = std::thread([this] { loop(); });
+    }
+    ~event_poster() { stop(std::chrono::seconds(5)); }
+
+    void post(json::object body) {
+        const std::lock_guard lock(mutex_);
+        if (queue_.size() >= 4096) {
+            ++dropped_;
+            return;
+        }
+        queue_.push_back(json::serialize(body));
+        cv_.notify_one();
+    }
+
+    void stop(std::chrono::milliseconds drain) {
+        {
+            std::unique_lock lock(mutex_);
+            if (!thread_.joinable()) {
+                return;
+            }
+            cv_.wait_for(lock, drain, [this] { return queue_.empty() && !busy_; });
+            stopping_ = true;
+            queue_.clear();
+            cv_.notify_all();
+        }
+        thread_.join();
+        if (dropped_ > 0) {
+            std::cerr << "cordon run: " << dropped_ << " scratch-write events not audited "
+                      << "(queue full)\n";
+        }
+    }
+
+private:
+    void loop() {
+        const std::string path = "/v1/sessions/" + session_ + "/events";
+        for (;;) {
+            std::string body;
+            {
+                std::unique_lock lock(mutex_);
+                busy_ = false;
+                cv_.notify_all();
+                cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+                if (stopping_) {
+                    return;
+                }
+                body = std::move(queue_.front());
+                queue_.pop_front();
+                busy_ = true;
+            }
+            try {
+                const admin_reply r = admin_.call("POST", path, body);
+                if (r.status != 202) {
+                    std::cerr << "cordon run: audit event refused: " << r.status << ' '
+                              << r.body << '\n';
+                }
+            } catch (const std::exception& e) {
+                std::cerr << "cordon run: audit event not sent: " << e.what() << '\n';
+            }
+        }
+    }
+
+    admin_port& admin_;
+    std::string session_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<std::string> queue_;
+    bool busy_ = false;
+    bool stopping_ = false;
+    std::size_t dropped_ = 0;
+    std::thread thread_;
+};
+
+struct job_card {
+    std::string scratch;
+    std::vector<std::string> never_write;
+    bool landlock_required = true;
+    std::vector<env_request> env;
+    std::string mint;
+    std::string mint_env;
+    std::string mint_file;
+    std::string revoke;
+};
+
+std::optional<job_card> parse_card(const json::object& o, std::string& err) {
+    job_card c;
+    const auto* fs = o.if_contains("filesystem");
+    const auto* env = o.if_contains("env");
+    const auto* id = o.if_contains("identity");
+    if (fs == nullptr || !fs->is_object() || env == nullptr || !env->is_array() ||
+        id == nullptr || !id->is_object()) {
+        err = "the admin API's job card lacks filesystem, env or identity";
+        return std::nullopt;
+    }
+    c.scratch = str(fs->as_object(), "scratch");
+    if (const auto* nw = fs->as_object().if_contains("never_write"); nw && nw->is_array()) {
+        for (const auto& p : nw->as_array()) {
+            if (p.is_string()) {
+                c.never_write.emplace_back(p.as_string());
+            }
+        }
+    }
+    c.landlock_required = str(fs->as_object(), "landlock") != "optional";
+    for (const auto& e : env->as_array()) {
+        if (e.is_object()) {
+            const auto* a = e.as_object().if_contains("allow_long_lived");
+            c.env.push_back({str(e.as_object(), "name"), a != nullptr && a->is_bool() &&
+                                                              a->as_bool()});
+        }
+    }
+    if (const auto* m = id->as_object().if_contains("mint"); m && m->is_object()) {
+        c.mint = str(m->as_object(), "command");
+        c.mint_env = str(m->as_object(), "env");
+        c.mint_file = str(m->as_object(), "file");
+    }
+    c.revoke = str(id->as_object(), "revoke");
+    return c;
+}
+
+std::map<std::string, std::string, std::less<>> host_environment() {
+    std::map<std::string, std::string, std::less<>> m;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+        const std::string_view kv(*e);
+        const auto eq = kv.find('=');
+        if (eq != std::string_view::npos) {
+            m.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+        }
+    }
+    return m;
+}
+
+std::vector<std::string> hook_env(const std::string& session, const std::string& job,
+                                  const std::string& expires, std::string_view when) {
+    std::vector<std::string> env{
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "CORDON_SESSION=" + session, "CORDON_JOB=" + job, "CORDON_SESSION_EXPIRES=" + expires};
+    if (!when.empty()) {
+        env.push_back("CORDON_REVOKE_WHEN=" + std::string(when));
+    }
+    if (const char* h = std::getenv("HOME")) {
+        env.push_back(std::string("HOME=") + h);
+    }
+    return env;
+}
+
+}  // namespace
+
+int run(const run_options& o, admin_port& admin) {
+    std::string err;
+    // 1. What the job card says, and where cordon listens.
+    const auto card_json = call_json(admin, "GET", "/v1/jobs/" + o.job, "", 200, err);
+    if (!card_json) {
+        say(o, "cannot read job " + o.job + ": " + err);
+        return 1;
+    }
+    const auto card = parse_card(*card_json, err);
+    if (!card) {
+        say(o, err);
+        return 1;
+    }
+    const auto status = call_json(admin, "GET", "/v1/status", "", 200, err);
+    if (!status) {
+        say(o, "cannot read the admin API's status: " + err);
+        return 1;
+    }
+    if (const auto* k = status->if_contains("kill"); k && k->is_object()) {
+        if (const auto* e = k->as_object().if_contains("engaged"); e && e->is_bool() &&
+                                                                   e->as_bool()) {
+            say(o, "the network kill is engaged: nothing may run");
+            return 1;
+        }
+    }
+    std::optional<relay_target> dns;
+    if (o.dns) {
+        dns = host_port(*o.dns);
+        if (!dns) {
+            say(o, "--dns: expected HOST:PORT, got '" + *o.dns + "'");
+            return 2;
+        }
+    } else if (const auto* l = status->if_contains("listen"); l && l->is_object()) {
+        if (const std::string d = str(l->as_object(), "dns"); !d.empty()) {
+            dns = host_port(d);
+        }
+    }
+    if (!dns) {
+        say(o, "warning: cordon has no DNS listener known to the shim (--dns): every name "
+               "lookup in the sandbox is refused");
+    }
+
+    // 2. The environment, checked before anything is created.
+    env_inputs ein;
+    ein.job_env = card->env;
+    ein.host_env = host_environment();
+    ein.session = "check";
+    ein.token = "check";
+    if (const auto dry = build_env(ein); !dry.refused.empty()) {
+        for (const auto& r : dry.refused) {
+            say(o, "refused job-card variable " + r);
+        }
+        return 1;
+    }
+    if (!card->scratch.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(card->scratch, ec);
+        if (!std::filesystem::is_directory(card->scratch, ec)) {
+            say(o, "scratch dir " + card->scratch + " is not a directory");
+            return 1;
+        }
+    }
+    char tmpl[] = "/tmp/cordon-run-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+        say(o, "cannot create a temp dir");
+        return 1;
+    }
+    const std::string tmp = tmpl;
+    const std::string resolv = tmp + "/resolv.conf";
+    {
+        std::ofstream r(resolv);
+        r << "# written by cordon run: the DNS relay to cordon's resolver\n"
+             "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
+    }
+    ::chmod(tmp.c_str(), 0755);
+    ::chmod(resolv.c_str(), 0644);
+    const auto cleanup_tmp = [&] {
+        std::error_code ec;
+        std::filesystem::remove_all(tmp, ec);
+    };
+
+    // 3. The session.
+    json::object create{{"job", o.job}};
+    if (o.ttl) {
+        create["ttl"] = *o.ttl;
+    }
+    const std::string create_body = json::serialize(create);
+    const auto session = call_json(admin, "POST", "/v1/sessions", create_body, 201, err);
+    if (!session) {
+        say(o, "cannot create a session: " + err);
+        cleanup_tmp();
+        return 1;
+    }
+    const std::string id = str(*session, "id");
+    const std::string token = str(*session, "token");
+    const std::string expires = str(*session, "expires_at");
+    const std::string purl = str(*session, "proxy_url");
+    const auto at = purl.rfind('@');
+    const auto proxy = host_port(at == std::string::npos ? "" : purl.substr(at + 1));
+    event_poster poster(admin, id);
+    bool minted = false;
+    std::string credential;
+    const auto end_session = [&](std::string_view when) {
+        if (minted && !card->revoke.empty()) {
+            const hook_result h = run_hook(card->revoke, hook_env(id, o.job, expires, when),
+                                           credential, hook_timeout);
+            poster.post(json::object{{"event", "identity.revoke"},
+                                     {"ok", h.ok()},
+                                     {"exit_code", h.exit_code},
+                                     {"duration_ms", h.duration.count()},
+                                     {"when", when}});
+            if (!h.ok()) {
+                say(o, "identity.revoke failed (exit " + std::to_string(h.exit_code) +
+                           (h.timed_out ? ", timed out" : "") + ")");
+            }
+        }
+        poster.stop(std::chrono::seconds(5));
+        std::string e2;
+        if (!call_json(admin, "DELETE", "/v1/sessions/" + id, "", 200, e2)) {
+            say(o, "could not end session " + id + " (" + e2 +
+                       "); its tokens expire by themselves at " + expires);
+        }
+        cleanup_tmp();
+    };
+    if (!proxy) {
+        say(o, "the admin API gave no usable proxy address");
+        end_session("end");
+        return 1;
+    }
+
+    // 4. Identity: a short-lived credential, minted on the host side.
+    std::vector<std::pair<std::string, std::string>> extra;
+    sandbox_spec spec;
+    if (!card->mint.empty()) {
+        const hook_result h =
+            run_hook(card->mint, hook_env(id, o.job, expires, ""), "", hook_timeout);
+        const std::string to =
+            card->mint_file.empty()
+                ? "env:" + (card->mint_env.empty() ? std::string("CORDON_IDENTITY")
+                                                   : card->mint_env)
+                : "file:" + card->scratch + "/" + card->mint_file;
+        poster.post(json::object{{"event", "identity.mint"},
+                                 {"ok", h.ok()},
+                                 {"exit_code", h.exit_code},
+                                 {"duration_ms", h.duration.count()},
+                                 {"bytes", h.output.size()},
+                                 {"to", to}});
+        if (!h.ok()) {
+            say(o, "identity.mint failed (exit " + std::to_string(h.exit_code) +
+                       (h.timed_out ? ", timed out" : "") +
+                       (h.output_truncated ? ", output above 64 KiB" : "") + "): not starting");
+            end_session("end");
+            return 1;
+        }
+        minted = true;
+        credential = trim_credential(h.output);
+        if (!card->mint_file.empty() && !card->scratch.empty()) {
+            spec.scratch_file_name = card->mint_file;
+            spec.scratch_file_content = credential + "\n";
+        } else {
+            extra.emplace_back(card->mint_env.empty() ? "CORDON_IDENTITY" : card->mint_env,
+                               credential);
+        }
+    }
+
+    // 5. The sandbox.
+    ein.session = id;
+    ein.token = token;
+    ein.home = card->scratch.empty() ? "/" : card->scratch;
+    ein.tmpdir = card->scratch;
+    ein.extra = std::move(extra);
+    spec.argv = o.command;
+    spec.env = build_env(ein).env;
+    spec.scratch = card->scratch;
+    spec.scratch_bytes = o.scratch_bytes;
+    spec.never_write = card->never_write;
+    spec.hide = o.hide;
+    if (!o.admin_token_file.empty()) {
+        spec.hide.push_back(o.admin_token_file);
+    }
+    spec.resolv_conf = resolv;
+    spec.landlock_required = card->landlock_required;
+
+    net::io_context ioc;
+    // Signals are caught from here on (the sandbox's command resets them).
+    net::signal_set stops(ioc, SIGTERM, SIGINT, SIGHUP);
+    net::signal_set children(ioc, SIGCHLD);
+    ::signal(SIGPIPE, SIG_IGN);
+    auto sb = start_sandbox(spec, err);
+    if (!sb) {
+        say(o, "cannot start the sandbox: " + err);
+        end_session("end");
+        return 1;
+    }
+    if (!sb->warning.empty()) {
+        say(o, "warning: " + sb->warning);
+    }
+    start_proxy_relay(ioc, sb->proxy_listener, *proxy);
+    start_dns_relay(ioc, sb->dns_udp, sb->dns_tcp, dns, id + ":" + token);
+    if (!card->scratch.empty()) {
+        start_scratch_watch(ioc, "/proc/" + std::to_string(sb->init) + "/root" + card->scratch,
+                            card->scratch, [&poster](std::string path, std::uint64_t size) {
+                                poster.post(json::object{
+                                    {"event", "file.write"}, {"path", path}, {"size", size}});
+                            });
+    }
+
+    std::optional<int> exit_status;
+    std::string kill_why;
+    const auto reap = [&](bool block) {
+        int st = 0;
+        const pid_t p = ::waitpid(sb->init, &st, block ? 0 : WNOHANG);
+        if (p == sb->init) {
+            exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            ioc.stop();
+        }
+    };
+    const auto kill_all = [&](std::string why) {
+        if (exit_status || !kill_why.empty()) {
+            return;
+        }
+        kill_why = std::move(why);
+        const auto t0 = clock::now();
+        ::kill(sb->init, SIGKILL);  // PID 1 of the namespace: the kernel kills the rest
+        reap(true);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0);
+        say(o, kill_why + ": sandbox killed in " + std::to_string(ms.count()) + " ms");
+    };
+
+    // Follow the session; the command starts once the stream is open (no kill is missed),
+    // then the session's state is checked once (a kill before the stream opened).
+    bool released = false;
+    follow_options fo{o.admin_host, o.admin_port, o.admin_token, id, o.admin_grace};
+    start_follow(
+        ioc, fo, [&](std::string why) { kill_all(std::move(why)); },
+        [&] {
+            if (released) {
+                return;
+            }
+            released = true;
+            std::string e2;
+            const auto s = call_json(admin, "GET", "/v1/sessions/" + id, "", 200, e2);
+            const std::string state = s ? str(*s, "state") : "";
+            if (!s || (state != "active" && !state.empty())) {
+                kill_all("session " + id + " is " + (s ? state : "unknown (" + e2 + ")"));
+                return;
+            }
+            release_sandbox(*sb);
+        });
+    stops.async_wait([&](boost::system::error_code ec, int sig) {
+        if (!ec) {
+            kill_all(std::string("stopped by signal ") + ::strsignal(sig));
+        }
+    });
+    std::function<void(boost::system::error_code, int)> on_child =
+        [&](boost::system::error_code ec, int) {
+            if (ec) {
+                return;
+            }
+            reap(false);
+            if (!exit_status) {
+                children.async_wait(on_child);
+            }
+        };
+    children.async_wait(on_child);
+    reap(false);
+    // The follower must open the stream within the grace, or nothing runs.
+    net::steady_timer start_deadline(ioc, o.admin_grace);
+    start_deadline.async_wait([&](boost::system::error_code ec) {
+        if (!ec && !released) {
+            kill_all("could not follow the admin API's events");
+        }
+    });
+    if (!exit_status) {
+        ioc.run();
+    }
+    if (!exit_status) {
+        kill_all("the shim's event loop ended");
+    }
+    ::close(sb->lifeline);
+    if (sb->control >= 0) {
+        ::close(sb->control);
+    }
+    int code = *exit_status;
+    if (!kill_why.empty()) {
+        code = exit_killed;
+    } else if (code == 125) {
+        say(o, "the sandbox could not start the command");
+    }
+    end_session(kill_why.empty() ? "end" : "kill");
+    return code;
+}
+
+}  // namespace cordon::shim
