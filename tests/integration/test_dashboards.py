@@ -31,6 +31,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 import unittest
 import urllib.error
@@ -428,7 +429,22 @@ def jobs_yaml():
         "    identity: { ttl: 30m }\n")
 
 
-def start_cordon():
+def start_cordon(attempts=3):
+    """cordon on ephemeral ports. A start that fails with EADDRINUSE (the DNS listener's
+    UDP and TCP sockets share a port picked by the kernel, which other tests on the machine
+    may hold) is retried, and said on stderr."""
+    for n in range(1, attempts + 1):
+        try:
+            return _start_cordon()
+        except H.CordonError as e:
+            if "Address already in use" not in str(e) or n == attempts:
+                raise
+            print(f"test_dashboards: cordon start {n} hit EADDRINUSE; retrying",
+                  file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def _start_cordon():
     c = H.Cordon(jobs_yaml(), DNS.port, listen_dns="127.0.0.1:0",
                  dns_yaml="  default_job: web\n",
                  proxy_opts={"header_timeout": "5s", "idle_timeout": "30s",
