@@ -430,9 +430,9 @@ def jobs_yaml():
 
 
 def start_cordon(attempts=3):
-    """cordon on ephemeral ports. A start that fails with EADDRINUSE (the DNS listener's
-    UDP and TCP sockets share a port picked by the kernel, which other tests on the machine
-    may hold) is retried, and said on stderr."""
+    """cordon on ephemeral ports. A start that fails with EADDRINUSE is retried, and said on
+    stderr: listeners on port 0 that must share the port picked first (the DNS listener's
+    UDP and TCP sockets, one per worker) can find it held by another test's socket."""
     for n in range(1, attempts + 1):
         try:
             return _start_cordon()
