@@ -465,7 +465,9 @@ server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
         try {
             bind_both(*impl_, uep, addr, one);
             break;
-        } catch (const std::system_error&) {
+        } catch (const std::exception&) {
+            // Asio throws boost::system::system_error (not a std::system_error), the
+            // SO_REUSEPORT check std::system_error: both are worth another port.
             if (impl_->opts.listen.port != 0 || attempt >= 20) {
                 throw;
             }

@@ -1045,6 +1045,11 @@ awaitable<void> client_conn::run() {
             co_return;
         }
         if (!rt_.audit_healthy()) {
+            // Not audited (the log is what failed), but counted: metrics are then the one
+            // record of these refusals.
+            const std::string_view asked(req.target().data(), req.target().size());
+            rt_.denied(denial{job, session, deny_name(deny_reason::audit_unavailable), asked,
+                              req.method() == http::verb::connect ? "connect" : "http"});
             const std::string resp =
                 deny_response(503, deny_name(deny_reason::audit_unavailable), job,
                               std::string(req.target()), explain(deny_reason::audit_unavailable));

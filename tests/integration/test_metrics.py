@@ -11,6 +11,7 @@ prometheus package) lints a live scrape.
 import json
 import re
 import subprocess
+import time
 import unittest
 import urllib.parse
 
@@ -448,6 +449,56 @@ class TrafficTest(MetricsCase):
             c.close()
         self.wait_gauge("cordon_active_tunnels", L(job="web"), 0.0)
         self.assertEqual(self.cordon.status()["tunnels"], {})
+
+
+class AuditBrokenTest(unittest.TestCase):
+    """With the audit log unwritable (RLIMIT_FSIZE, see harness), the failures and the
+    refusals they cause are counted: metrics are then the one record of them."""
+
+    def test_audit_write_errors_and_audit_unavailable_denials(self):
+        cordon = H.Cordon(jobs_yaml(), DNS.port, PROXY_OPTS, fsize_limit=256 * H.KiB)
+        self.addCleanup(cordon.cleanup)
+        cordon.start()
+        s = cordon.create_session("web")
+        auth = H.basic(s["id"], s["token"])
+        deadline = time.monotonic() + 40
+        healthy = True
+        for i in range(4000):  # denied requests fill the day's file up to the limit
+            if time.monotonic() > deadline:
+                break
+            c = cordon.conn(5)
+            try:
+                c.send(H.connect_request("denied.test:443", auth))
+                c.read_response(5, method="CONNECT")
+            except (OSError, EOFError, ValueError):
+                pass
+            finally:
+                c.close()
+            if i % 10 == 9:
+                healthy = cordon.status()["audit"]["healthy"]
+                if not healthy:
+                    break
+        if healthy:
+            healthy = not H.wait_until(lambda: not cordon.status()["audit"]["healthy"], 5, 0.1)
+        self.assertFalse(healthy, "audit still healthy after the file hit RLIMIT_FSIZE")
+        _, _, raw = cordon.admin_raw("GET", "/metrics")
+        before = H.prometheus_samples(raw.decode())
+        self.assertGreater(before[("cordon_audit_write_errors_total", L())], 0)
+        self.assertEqual(before[("cordon_audit_write_errors_total", L())],
+                         float(cordon.status()["audit"]["write_errors"]))
+        c = cordon.conn()
+        self.addCleanup(c.close)
+        c.send(H.connect_request(f"raw.test:{ECHO.port}", auth))
+        r = c.read_response(method="CONNECT")
+        self.assertEqual((r.status, r.header("X-Cordon-Deny")), (503, "audit_unavailable"))
+        _, _, raw = cordon.admin_raw("GET", "/metrics")
+        after = H.prometheus_samples(raw.decode())
+        key = ("cordon_denied_total", L(job="web", reason="audit_unavailable"))
+        self.assertEqual(after[key] - before[key], 1)
+        key = ("cordon_connections_total", L(job="web", decision="denied"))
+        self.assertEqual(after[key] - before[key], 1)
+        self.assertGreaterEqual(after[("cordon_audit_write_errors_total", L())],
+                                before[("cordon_audit_write_errors_total", L())])
 
 
 if __name__ == "__main__":
