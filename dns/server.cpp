@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "dns/asio_address.hpp"
+#include "dns/repeats.hpp"
 #include "dns/resolver.hpp"
 
 namespace cordon::dns {
@@ -56,9 +57,25 @@ std::uint32_t cache_ttl(const answer_view& a) {
 
 }  // namespace
 
+// A client address as a map key: its 16 bytes (v4 mapped), no allocation.
+struct address_key {
+    std::array<std::uint8_t, 16> bytes;
+    bool operator==(const address_key&) const = default;
+};
+struct address_hash {
+    std::size_t operator()(const address_key& k) const noexcept {
+        std::uint64_t lo = 0;
+        std::uint64_t hi = 0;
+        std::memcpy(&lo, k.bytes.data(), 8);
+        std::memcpy(&hi, k.bytes.data() + 8, 8);
+        return std::hash<std::uint64_t>{}(lo ^ (hi * 0x9e3779b97f4a7c15ULL));
+    }
+};
+
 struct server::tables {
     struct cache_entry {
         std::vector<std::uint8_t> answer;
+        std::vector<ttl_field> ttls;  // found once, so a hit does not parse the answer again
         steady::time_point stored;
         std::uint32_t ttl = 0;
     };
@@ -67,9 +84,9 @@ struct server::tables {
         steady::time_point last;
     };
     std::mutex mu;  // held only for a map lookup or update, never across I/O
-    std::unordered_map<std::string, cache_entry> cache;
+    std::unordered_map<std::string, cache_entry> cache;  // key: "name/qtype"
     std::deque<std::string> cache_order;  // insertion order, for eviction
-    std::unordered_map<std::string, bucket> buckets;
+    std::unordered_map<address_key, bucket, address_hash> buckets;
 };
 
 std::shared_ptr<server::tables> server::make_tables() { return std::make_shared<tables>(); }
@@ -88,6 +105,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     udp::socket udp_socket;
     tcp::acceptor acceptor;
     std::mt19937 ids{std::random_device{}()};
+    repeat_filter repeats{opts.audit_window};
+    std::string cache_key;  // reused: a cache lookup allocates nothing
+    net::steady_timer repeat_timer{ex};
 
     bool type_served(std::uint16_t t) const {
         return std::find(opts.query_types.begin(), opts.query_types.end(), t) !=
@@ -95,10 +115,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     }
 
     // Token bucket per client address: a tunnel over DNS cannot run at full speed.
-    bool within_rate(const config::ip_address& client) {
-        const std::string key(reinterpret_cast<const char*>(client.bytes().data()),
-                              client.is_v4() ? 4 : 16);
-        const auto now = steady::now();
+    bool within_rate(const config::ip_address& client, steady::time_point now) {
+        const address_key key{client.bytes()};
         std::lock_guard lock(shared->mu);
         auto& buckets = shared->buckets;
         if (buckets.size() >= max_rate_clients && buckets.find(key) == buckets.end()) {
@@ -120,7 +138,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         return true;
     }
 
-    void remember(const std::string& key, std::vector<std::uint8_t> answer, std::uint32_t ttl) {
+    void remember(const std::string& key, std::vector<std::uint8_t> answer,
+                  std::vector<ttl_field> ttls, std::uint32_t ttl) {
         if (opts.cache_entries == 0 || ttl == 0) {
             return;
         }
@@ -134,7 +153,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             }
             cache_order.push_back(key);
         }
-        cache[key] = tables::cache_entry{std::move(answer), steady::now(), ttl};
+        cache[key] = tables::cache_entry{std::move(answer), std::move(ttls), steady::now(), ttl};
     }
 
     awaitable<raw_result> ask_upstream(std::vector<std::uint8_t> message) {
@@ -150,6 +169,39 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             initiation, net::use_awaitable);
     }
 
+    // Counts every answered query and writes its audit line, unless it repeats one already
+    // written in this window (then the window's end writes one line with the count).
+    void note(const config::ip_address& client, const question& q, const verdict& v, rcode rc,
+              bool cached, steady::time_point now = steady::now()) {
+        hook.count(client, q, v);
+        flush_repeats(now, false);
+        if (repeats.admit(client, q, v, rc, cached, now)) {
+            hook.audit(client, q, v, rc, cached, 0);
+        }
+    }
+
+    void flush_repeats(steady::time_point now, bool force) {
+        repeats.expire(
+            now,
+            [this](const repeat_filter::entry& e) {
+                hook.audit(e.client, e.q, e.v, e.rc, e.cached, e.repeats);
+            },
+            force);
+    }
+
+    // Writes the coalesced lines of a window that ended while no query came.
+    awaitable<void> repeat_flush_loop() {
+        auto self = shared_from_this();
+        while (udp_socket.is_open() || acceptor.is_open()) {
+            repeat_timer.expires_after(repeats.window());
+            auto [ec] = co_await repeat_timer.async_wait(use_nothrow);
+            if (ec) {
+                break;
+            }
+            flush_repeats(steady::now(), false);
+        }
+    }
+
     // The part of answering that needs no upstream. Returns true with `out` set (empty:
     // drop) when the query is settled here; false when it must go upstream.
     bool answer_now(std::span<const std::uint8_t> packet, const config::ip_address& client,
@@ -158,15 +210,16 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         if (pr.status == parse_status::bad) {
             if (packet.size() >= 12) {
                 if (pr.value.has_question) {
-                    hook.answered(client, pr.value, verdict{false, "bad_request", {}, {}},
-                                  pr.error, false);
+                    note(client, pr.value.q, verdict{false, "bad_request", {}, {}}, pr.error,
+                         false);
                 }
                 out = build_error(pr.value, pr.error);
             }
             return true;
         }
         const query& q = pr.value;
-        if (!within_rate(client)) {
+        const auto now = steady::now();
+        if (!within_rate(client, now)) {
             hook.rate_limited(client);
             return true;
         }
@@ -178,7 +231,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         if (!v.allow) {
             const rcode rc =
                 opts.deny == config::deny_rcode::nxdomain ? rcode::nxdomain : rcode::refused;
-            hook.answered(client, q, v, rc, false);
+            note(client, q.q, v, rc, false, now);
             out = build_error(q, rc);
             return true;
         }
@@ -191,23 +244,23 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             }
         }
         if (out.empty()) {
-            const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
+            cache_key.assign(q.q.name).push_back('/');
+            cache_key.append(std::to_string(q.q.qtype));
             std::lock_guard lock(shared->mu);
-            if (auto it = shared->cache.find(key); it != shared->cache.end()) {
+            if (auto it = shared->cache.find(cache_key); it != shared->cache.end()) {
                 const auto age = static_cast<std::uint32_t>(
-                    std::chrono::duration_cast<std::chrono::seconds>(steady::now() -
-                                                                     it->second.stored)
+                    std::chrono::duration_cast<std::chrono::seconds>(now - it->second.stored)
                         .count());
                 if (age < it->second.ttl) {
-                    out = rewrite_answer(it->second.answer, q.id, age);
-                    cached = !out.empty();
+                    age_answer(it->second.answer, it->second.ttls, q.id, age, out);
+                    cached = true;
                 }
             }
         }
         if (out.empty()) {
             return false;
         }
-        hook.answered(client, q, v, static_cast<rcode>(out[3] & 0xF), cached);
+        note(client, q.q, v, static_cast<rcode>(out[3] & 0xF), cached, now);
         finish(q, out, over_udp);
         return true;
     }
@@ -216,7 +269,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         if (over_udp) {
             const std::size_t limit =
                 q.has_edns ? std::clamp<std::size_t>(q.udp_size, 512, 4096) : 512;
-            answer = truncate_for_udp(answer, limit);
+            if (answer.size() > limit) {
+                answer = truncate_for_udp(answer, limit);
+            }
         }
     }
 
@@ -255,14 +310,11 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             answer = build_error(q, rc);
         } else {
             rc = static_cast<rcode>(view->flags & 0xF);
-            remember(key, r.answer, cache_ttl(*view));
-            answer = rewrite_answer(r.answer, q.id, 0);
-            if (answer.empty()) {
-                rc = rcode::servfail;
-                answer = build_error(q, rc);
-            }
+            std::vector<ttl_field> ttls = ttl_fields(*view);
+            age_answer(r.answer, ttls, q.id, 0, answer);
+            remember(key, r.answer, std::move(ttls), cache_ttl(*view));
         }
-        hook.answered(client, q, v, rc, false);
+        note(client, q.q, v, rc, false);
         finish(q, answer, over_udp);
         co_return answer;
     }
@@ -488,12 +540,17 @@ config::endpoint server::local_endpoint() const {
 void server::start() {
     net::co_spawn(impl_->ex, impl_->udp_loop(), net::detached);
     net::co_spawn(impl_->ex, impl_->tcp_loop(), net::detached);
+    if (impl_->repeats.window() > std::chrono::milliseconds::zero()) {
+        net::co_spawn(impl_->ex, impl_->repeat_flush_loop(), net::detached);
+    }
 }
 
 void server::stop() {
     error_code ignored;
     impl_->udp_socket.close(ignored);
     impl_->acceptor.close(ignored);
+    impl_->repeat_timer.cancel();
+    impl_->flush_repeats(steady::now(), true);
 }
 
 }  // namespace cordon::dns

@@ -4,6 +4,7 @@
 // Decisions come from the daemon through `policy_hook` (dns/ never includes proxy/).
 // Light header: Asio stays in server.cpp.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,9 +38,13 @@ public:
     /// Attribution (sources, the EDNS session option from loopback, dns.default_job) and
     /// the allow decision (kill switch, killed session, the job's names).
     virtual verdict decide(const config::ip_address& client, const query& q) = 0;
-    /// After the answer went out: audit and count.
-    virtual void answered(const config::ip_address& client, const query& q, const verdict& v,
-                          rcode rc, bool cached) = 0;
+    /// Every answered query, as it goes out: count it (metrics, denial observers).
+    virtual void count(const config::ip_address& client, const question& q,
+                       const verdict& v) = 0;
+    /// An audit line: one query, or (repeats > 0) `repeats` queries identical to one already
+    /// written, asked since it was (the server coalesces floods, see dns/repeats.hpp).
+    virtual void audit(const config::ip_address& client, const question& q, const verdict& v,
+                       rcode rc, bool cached, std::uint64_t repeats) = 0;
     /// A query dropped by the per-client rate limit.
     virtual void rate_limited(const config::ip_address& client) = 0;
 };
@@ -52,6 +57,9 @@ struct server_options {
                                            type_svcb};
     std::uint32_t rate_qps = 100;
     std::uint32_t rate_burst = 200;
+    /// Identical audit lines within this window are written once plus a count (0: every
+    /// query gets its own line).
+    std::chrono::milliseconds audit_window{1000};
     /// SO_REUSEPORT: one server per thread on the same port, the kernel spreading clients
     /// (by address and port) across them. Each has its own cache and rate buckets.
     bool reuse_port = false;
@@ -78,7 +86,8 @@ public:
     config::endpoint local_endpoint() const;
     /// Starts serving (call once, from any thread before the io_context runs).
     void start();
-    /// Closes the listeners (from the io_context's thread).
+    /// Closes the listeners and writes the pending coalesced audit lines (from the
+    /// io_context's thread).
     void stop();
 
     struct impl;

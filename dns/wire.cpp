@@ -530,22 +530,35 @@ bool answers_question(const answer_view& a, const question& q) {
     return a.q.name == q.name && a.q.qtype == q.qtype && a.q.qclass == q.qclass;
 }
 
+std::vector<ttl_field> ttl_fields(const answer_view& a) {
+    std::vector<ttl_field> out;
+    for (const auto* section : {&a.answers, &a.authority, &a.additional}) {
+        for (const record& r : *section) {
+            if (r.type != type_opt) {
+                out.push_back({static_cast<std::uint32_t>(r.ttl_offset),
+                               r.ttl > 0x7FFFFFFFu ? 0 : r.ttl});
+            }
+        }
+    }
+    return out;
+}
+
+void age_answer(bytes msg, std::span<const ttl_field> fields, std::uint16_t id,
+                std::uint32_t age_seconds, std::vector<std::uint8_t>& out) {
+    out.assign(msg.begin(), msg.end());
+    set16(out, 0, id);
+    for (const ttl_field& f : fields) {
+        set32(out, f.offset, f.ttl > age_seconds ? f.ttl - age_seconds : 0);
+    }
+}
+
 std::vector<std::uint8_t> rewrite_answer(bytes msg, std::uint16_t id, std::uint32_t age_seconds) {
     const auto a = parse_answer(msg);
     if (!a) {
         return {};
     }
-    std::vector<std::uint8_t> out(msg.begin(), msg.end());
-    set16(out, 0, id);
-    for (const auto* section : {&a->answers, &a->authority, &a->additional}) {
-        for (const record& r : *section) {
-            if (r.type == type_opt) {
-                continue;
-            }
-            const std::uint32_t ttl = r.ttl > 0x7FFFFFFFu ? 0 : r.ttl;
-            set32(out, r.ttl_offset, ttl > age_seconds ? ttl - age_seconds : 0);
-        }
-    }
+    std::vector<std::uint8_t> out;
+    age_answer(msg, ttl_fields(*a), id, age_seconds, out);
     return out;
 }
 

@@ -170,6 +170,20 @@ bool answers_question(const answer_view& a, const question& q);
 std::vector<std::uint8_t> rewrite_answer(std::span<const std::uint8_t> msg, std::uint16_t id,
                                          std::uint32_t age_seconds);
 
+/// A TTL field of an answer: its byte offset and the TTL it holds (top bit set counts as 0).
+struct ttl_field {
+    std::uint32_t offset = 0;
+    std::uint32_t ttl = 0;
+};
+/// The TTL fields rewrite_answer lowers (every record but OPT), found once so that a cached
+/// answer is not parsed again for each client it is served to.
+std::vector<ttl_field> ttl_fields(const answer_view& a);
+/// rewrite_answer for an answer whose `fields` were found by ttl_fields(parse_answer(msg)):
+/// `out` becomes `msg` with the id set and each field lowered by `age_seconds` (not below
+/// 0). `out`'s capacity is reused.
+void age_answer(std::span<const std::uint8_t> msg, std::span<const ttl_field> fields,
+                std::uint16_t id, std::uint32_t age_seconds, std::vector<std::uint8_t>& out);
+
 /// Truncation for UDP: if `msg` fits in `limit` it is returned unchanged; else the header and
 /// question only, TC set and counts fixed, plus the message's OPT record when it parses and
 /// the result still fits in `limit`. When the question cannot be read, the header alone

@@ -75,6 +75,37 @@ tcp::acceptor make_acceptor(net::io_context& ioc, const tcp::endpoint& ep, bool 
     return a;
 }
 
+// A port on `addr` that no socket holds, TCP or UDP, for listeners configured with port 0
+// (tests, benchmarks). The kernel's own choice for a SO_REUSEPORT socket may be a port that
+// another process of the same user already shares that way, or one TCP cannot have; plain
+// binds (no SO_REUSEPORT, no SO_REUSEADDR) fail on any holder, so what they get is free.
+std::uint16_t unshared_port(const net::ip::address& addr) {
+    using boost::system::error_code;
+    net::io_context probe_ctx(1);
+    for (int attempt = 0; attempt < 50; ++attempt) {
+        tcp::socket t(probe_ctx);
+        net::ip::udp::socket u(probe_ctx);
+        error_code ec;
+        t.open(addr.is_v6() ? tcp::v6() : tcp::v4(), ec);
+        if (!ec) {
+            t.bind(tcp::endpoint(addr, 0), ec);
+        }
+        if (ec) {
+            throw std::system_error(ec, "bind");
+        }
+        const std::uint16_t port = t.local_endpoint().port();
+        u.open(addr.is_v6() ? net::ip::udp::v6() : net::ip::udp::v4(), ec);
+        if (!ec) {
+            u.bind(net::ip::udp::endpoint(addr, port), ec);
+        }
+        if (!ec) {
+            return port;  // both sockets close here; the listeners bind it next
+        }
+    }
+    throw std::system_error(std::make_error_code(std::errc::address_in_use),
+                            "no port free for both TCP and UDP");
+}
+
 // Accepts until the acceptor closes. On an accept error (EMFILE, ENFILE, ...): log, back
 // off 100 ms and continue (Asio throttling_proxy), so a descriptor flood does not spin.
 template <class Handler>
@@ -283,11 +314,14 @@ int run_daemon(const daemon_options& opts) {
     std::vector<std::unique_ptr<dns::server>> dns_servers;
     try {
         tcp::endpoint bind_ep = to_endpoint(proxy_ep);
+        if (bind_ep.port() == 0) {
+            bind_ep.port(unshared_port(bind_ep.address()));
+        }
         for (unsigned i = 0; i < threads; ++i) {
             auto w = std::make_unique<worker>(i);
             w->resolver = dns::make_resolver(w->ioc, ropts);
             proxy_acceptors.push_back(make_acceptor(w->ioc, bind_ep, true));
-            // Port 0: the first bind picks the port, the others share it.
+            // Every worker binds the same port (port 0 was replaced by a free one above).
             bind_ep = proxy_acceptors.back().local_endpoint();
             rt.workers.push_back(std::move(w));
         }
@@ -295,11 +329,14 @@ int run_daemon(const daemon_options& opts) {
         rt.self.listeners.push_back(rt.proxy_endpoint);
         if (dns_ep) {
             dopts.reuse_port = true;
+            if (dopts.listen.port == 0) {
+                dopts.listen.port = unshared_port(dns::to_asio(dopts.listen.address));
+            }
             const auto tables = dns::server::make_tables();
             for (auto& w : rt.workers) {
                 dns_servers.push_back(
                     std::make_unique<dns::server>(w->ioc, *w->resolver, hook, dopts, tables));
-                dopts.listen = dns_servers.back()->local_endpoint();  // port 0: share it
+                dopts.listen = dns_servers.back()->local_endpoint();
             }
             rt.self.listeners.push_back(dns_servers.front()->local_endpoint());
             for (auto& s : dns_servers) {

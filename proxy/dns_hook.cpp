@@ -47,6 +47,10 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
         v.reason = "kill_switch";
         return v;
     }
+    if (!rt_.audit_healthy()) {
+        v.reason = "audit_unavailable";  // fail closed: nothing is answered unaudited
+        return v;
+    }
     const auto policy = rt_.policy();
     // Attribution: a job's `sources`; else the session option the shim adds to the queries
     // it relays (only believed from loopback, where the shim's relay connects from); else
@@ -101,8 +105,15 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
     return v;
 }
 
-void dns_hook::answered(const config::ip_address& client, const dns::query& q,
-                        const dns::verdict& v, dns::rcode rc, bool cached) {
+void dns_hook::count(const config::ip_address&, const dns::question& q, const dns::verdict& v) {
+    if (!v.allow) {
+        rt_.denied(denial{v.job, v.session, v.reason, q.name, "dns"});
+    }
+    rt_.stats.count_dns(v.job, v.allow);
+}
+
+void dns_hook::audit(const config::ip_address& client, const dns::question& q,
+                     const dns::verdict& v, dns::rcode rc, bool cached, std::uint64_t repeats) {
     auto r = rt_.record(v.allow ? "dns.query" : "dns.deny");
     if (!v.session.empty()) {
         r.add("session", v.session);
@@ -110,17 +121,16 @@ void dns_hook::answered(const config::ip_address& client, const dns::query& q,
     if (!v.job.empty()) {
         r.add("job", v.job);
     }
-    r.add("client", client.to_string()).add("name", q.q.name).add("type", type_name(q.q.qtype));
+    r.add("client", client.to_string()).add("name", q.name).add("type", type_name(q.qtype));
     if (v.allow) {
         r.add("rcode", rcode_name(rc)).add("cached", cached);
     } else {
         r.add("reason", v.reason);
     }
-    rt_.audit(std::move(r));
-    if (!v.allow) {
-        rt_.denied(denial{v.job, v.session, v.reason, q.q.name, "dns"});
+    if (repeats > 0) {
+        r.add("repeats", repeats);
     }
-    rt_.stats.count_dns(v.job, v.allow);
+    rt_.audit(std::move(r));
 }
 
 void dns_hook::rate_limited(const config::ip_address&) { rt_.stats.count_dns_rate_limited(); }

@@ -13,8 +13,10 @@ class dns_hook final : public dns::policy_hook {
 public:
     explicit dns_hook(runtime& rt) : rt_(rt) {}
     dns::verdict decide(const config::ip_address& client, const dns::query& q) override;
-    void answered(const config::ip_address& client, const dns::query& q,
-                  const dns::verdict& v, dns::rcode rc, bool cached) override;
+    void count(const config::ip_address& client, const dns::question& q,
+               const dns::verdict& v) override;
+    void audit(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
+               dns::rcode rc, bool cached, std::uint64_t repeats) override;
     void rate_limited(const config::ip_address& client) override;
 
 private:

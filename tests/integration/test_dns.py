@@ -25,6 +25,7 @@ rate test). Ambiguities of the contract and how they are resolved are
 marked "AMBIGUITY:" below.
 """
 
+import os
 import random
 import re
 import socket
@@ -816,6 +817,54 @@ class ResolverTest(DnsCase):
                    if e.get("event") == "dns.query" and norm(e.get("name")) in (bad, typ)]
         self.assertEqual(queried, [], "refused queries logged as dns.query")
 
+    def test_repeated_queries_coalesced_in_audit(self):
+        # A client asking the same thing again and again: the first query is written at
+        # once, the identical ones of the next second as one line with their count. Every
+        # query is still counted in the metrics and answered.
+        name = f"flood-{uuid.uuid4().hex[:12]}.attacker.test"
+        ok = fresh("repeat")
+        before = self.dns_counter("denied")
+        for i in range(20):
+            r = parse_msg(udp_ask(self.addr, build_query(name, qid=0x5000 + i)))
+            self.assertEqual(RCODES.get(r["rcode"]), "REFUSED", r)
+            self.assertEqual(r["id"], 0x5000 + i, r)
+        for i in range(10):
+            r = parse_msg(udp_ask(self.addr, build_query(ok, qid=0x6000 + i)))
+            self.assertEqual(RCODES.get(r["rcode"]), "NOERROR", r)
+        first = self.dns_events("dns.deny", name)
+        self.assertTrue(first, f"no dns.deny line for {name}")
+        self.assertNotIn("repeats", first[0], "the first query of a kind is written whole")
+        # The window ends within a second; its line carries the count.
+        def lines(kind, n):
+            return [e for e in self.cordon.audit_events()
+                    if e.get("event") == kind and norm(e.get("name")) == n]
+
+        def total(kind, n):  # a line is one query, or says how many repeated it
+            return sum(int(e.get("repeats", 1)) for e in lines(kind, n))
+
+        H.wait_until(lambda: total("dns.deny", name) >= 20 and total("dns.query", ok) >= 10,
+                     5, 0.1)
+        deny = lines("dns.deny", name)
+        self.assertEqual(total("dns.deny", name), 20, deny)
+        # Each server thread coalesces its own share (the kernel spreads source ports across
+        # them): at most a first line and a count per thread.
+        self.assertLessEqual(len(deny), 2 * (os.cpu_count() or 2),
+                             f"a flood of one name wrote a line per query: {deny}")
+        for e in deny:
+            self.assertEqual(e.get("reason"), deny[0].get("reason"), deny)
+            self.assertEqual(e.get("client"), "127.0.0.1", e)
+        allowed = lines("dns.query", ok)
+        self.assertEqual(total("dns.query", ok), 10, allowed)
+        # first asked (upstream), then cached, per thread
+        self.assertLessEqual(len(allowed), 3 * (os.cpu_count() or 2), allowed)
+        self.assertEqual(self.dns_counter("denied") - before, 20, "every query is counted")
+
+    def dns_counter(self, decision):
+        samples = H.prometheus_samples(self.metrics())
+        return sum(v for (n, labels), v in samples.items()
+                   if n == "cordon_dns_queries_total" and dict(labels).get("job") == "web" and
+                   dict(labels).get("decision") == decision)
+
     def test_metrics_count_queries(self):
         self.assert_answered(self.dig(fresh("metric")))
         self.assert_denied(self.dig("denied.test"))
@@ -827,6 +876,48 @@ class ResolverTest(DnsCase):
                         "\n".join(l for l in text.splitlines() if "dns" in l))
         self.assertGreaterEqual(len([v for v in web.values() if v > 0]), 2,
                                 f"expected an allowed and a denied decision counted: {web}")
+
+
+# --------------------------------------------------------------------------------------
+# Fail closed: an audit log that cannot be written refuses every query
+# --------------------------------------------------------------------------------------
+
+class AuditFailClosedTest(unittest.TestCase):
+
+    def test_audit_unwritable_refuses_queries(self):
+        # RLIMIT_FSIZE breaks the audit log under a running cordon (see harness): once the
+        # day's file reaches 256 KiB every write fails. Unique denied names fill it (each is
+        # a line of its own: coalescing only folds identical queries).
+        cordon = H.Cordon(jobs_yaml(), UP.port, PROXY_OPTS, fsize_limit=256 * 1024,
+                          listen_dns="127.0.0.1:0",
+                          dns_yaml="  default_job: web\n  rate_limit: { qps: 100000, burst: 100000 }\n")
+        self.addCleanup(cordon.cleanup)
+        cordon.start()
+        addr = cordon.dns_addr
+        self.assertEqual(dig(addr, "a.test").status, "NOERROR", "works before")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.addCleanup(sock.close)
+        host, port = addr
+        deadline = time.monotonic() + 40
+        healthy = True
+        for i in range(20000):
+            if time.monotonic() > deadline:
+                break
+            sock.sendto(build_query(f"fill-{i}-{uuid.uuid4().hex[:20]}.attacker.test"),
+                        (host, int(port)))
+            if i % 500 == 499:
+                time.sleep(0.05)
+                healthy = cordon.status()["audit"]["healthy"]
+                if not healthy:
+                    break
+        if healthy:
+            healthy = not H.wait_until(lambda: not cordon.status()["audit"]["healthy"], 5, 0.1)
+        self.assertFalse(healthy, "audit still healthy after the log file hit RLIMIT_FSIZE")
+        name = fresh("unaudited")
+        r = dig(addr, name)
+        self.assertEqual(r.status, "REFUSED", f"an allowed name answered unaudited: {r!r}")
+        self.assertEqual(len(UP.queries_for(name, T_A)), 0, "an unaudited query went upstream")
+        self.assertTrue(cordon.alive(), cordon.stderr_text())
 
 
 # --------------------------------------------------------------------------------------

@@ -580,6 +580,24 @@ TEST_CASE("wire: rewrite_answer", "[wire]") {
     }
 }
 
+TEST_CASE("wire: ttl_fields and age_answer (the cache's rewrite)", "[wire]") {
+    const chain_answer c;
+    const auto a = parse_answer(c.b);
+    REQUIRE(a);
+    const auto fields = ttl_fields(*a);
+    REQUIRE(fields.size() == 3);  // the OPT is not a TTL
+    CHECK(fields[0].offset == c.ttl1);
+    CHECK(fields[1].offset == c.ttl2);
+    CHECK(fields[2].offset == c.ttl3);
+    CHECK(fields[0].ttl == 300);
+    std::vector<std::uint8_t> out(1000, 0xAB);  // reused: whatever it held goes
+    for (const std::uint32_t age : {0u, 19u, 20u, 61u, 1000u, 0xFFFFFFFFu}) {
+        INFO("age " << age);
+        age_answer(c.b, fields, 0x3333, age, out);
+        CHECK(out == rewrite_answer(c.b, 0x3333, age));
+    }
+}
+
 TEST_CASE("wire: truncate_for_udp", "[wire]") {
     const chain_answer c;  // 1 question, 3 answers, OPT
     const std::size_t question_end = header_size + wire_name("www.example.com").size() + 4;
