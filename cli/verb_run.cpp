@@ -1,5 +1,8 @@
 // cordon run --job JOB [options] -- CMD...: the sandbox shim (shims/run.hpp).
 
+#include <grp.h>
+#include <pwd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -31,6 +34,8 @@ constexpr std::string_view usage =
     "  --scratch-size SIZE   the scratch tmpfs's size (1GiB)\n"
     "  --hide PATH           make PATH unreadable in the sandbox (repeatable; the admin\n"
     "                        token file is always hidden)\n"
+    "  --user USER[:GROUP]   run CMD as this user (name or number; default uid 0 without\n"
+    "                        capabilities): root-only files become unreadable too\n"
     "  --quiet               only errors\n"
     "  --admin URL, --admin-token-file FILE (or CORDON_ADMIN, CORDON_ADMIN_TOKEN_FILE)\n"
     "See docs/shim.md for what the sandbox stops and what it does not.\n";
@@ -47,6 +52,43 @@ public:
 private:
     admin_target t_;
 };
+
+// "nobody", "65534", "alice:staff", "1000:1000": uid and gid (the user's primary group
+// when none is given).
+std::optional<std::pair<unsigned, unsigned>> parse_user(std::string_view text) {
+    const auto colon = text.find(':');
+    const std::string user(text.substr(0, colon));
+    const std::string group_name =
+        colon == std::string_view::npos ? "" : std::string(text.substr(colon + 1));
+    const auto number = [](const std::string& s) -> std::optional<unsigned> {
+        if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
+            return std::nullopt;
+        }
+        return static_cast<unsigned>(std::stoul(s));
+    };
+    std::optional<unsigned> uid = number(user);
+    std::optional<unsigned> gid;
+    if (const passwd* pw = uid ? nullptr : ::getpwnam(user.c_str())) {
+        uid = pw->pw_uid;
+        gid = pw->pw_gid;
+    } else if (uid) {
+        if (const passwd* pw2 = ::getpwuid(*uid)) {
+            gid = pw2->pw_gid;
+        }
+    }
+    if (!group_name.empty()) {
+        gid = number(group_name);
+        if (!gid) {
+            if (const struct group* gr = ::getgrnam(group_name.c_str())) {
+                gid = gr->gr_gid;
+            }
+        }
+    }
+    if (!uid) {
+        return std::nullopt;
+    }
+    return std::make_pair(*uid, gid.value_or(*uid));
+}
 
 }  // namespace
 
@@ -88,7 +130,7 @@ int run(args a) {
     o.admin_token = target.token;
     o.admin_token_file = token_file;
     const std::vector<std::string_view> valued{"--job", "--ttl", "--dns", "--admin-grace",
-                                               "--scratch-size", "--hide"};
+                                               "--scratch-size", "--hide", "--user"};
     std::size_t i = 0;
     for (; i < opts.size(); ++i) {
         const std::string_view k = opts[i];
@@ -119,6 +161,12 @@ int run(args a) {
             o.scratch_bytes = *s;
         } else if (k == "--hide") {
             o.hide.emplace_back(opts[++i]);
+        } else if (k == "--user") {
+            o.user = parse_user(opts[++i]);
+            if (!o.user) {
+                std::cerr << "cordon run: --user: unknown user or group '" << opts[i] << "'\n";
+                return 2;
+            }
         } else if (k == "--quiet") {
             o.quiet = true;
         } else if (!k.starts_with("-")) {

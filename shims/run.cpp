@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "shims/cgroup.hpp"
 #include "shims/env.hpp"
 #include "shims/follow.hpp"
 #include "shims/hooks.hpp"
@@ -121,12 +122,18 @@ std::optional<relay_target> host_port(std::string_view s) {
 
 // Posts the shim's audit events from a thread of its own: the io thread never waits for
 // the admin API. Bounded queue; drained (within a deadline) before the session ends.
+// The thread starts with start(), after the sandbox is cloned (clone needs a single-threaded
+// process); events posted before wait in the queue.
 class event_poster {
 public:
-    event_poster(admin_port& a, std::string session) : admin_(a), session_(std::move(session)) {
-        thread_ = std::thread([this] { loop(); });
-    }
+    event_poster(admin_port& a, std::string session) : admin_(a), session_(std::move(session)) {}
     ~event_poster() { stop(std::chrono::seconds(5)); }
+
+    void start() {
+        if (!thread_.joinable() && !stopping_) {
+            thread_ = std::thread([this] { loop(); });
+        }
+    }
 
     void post(json::object body) {
         const std::lock_guard lock(mutex_);
@@ -139,6 +146,7 @@ public:
     }
 
     void stop(std::chrono::milliseconds drain) {
+        start();  // drains what was queued before the sandbox started
         {
             std::unique_lock lock(mutex_);
             if (!thread_.joinable()) {
@@ -452,6 +460,10 @@ int run(const run_options& o, admin_port& admin) {
     }
     spec.resolv_conf = resolv;
     spec.landlock_required = card->landlock_required;
+    if (o.user) {
+        spec.user = std::make_pair(static_cast<uid_t>(o.user->first),
+                                   static_cast<gid_t>(o.user->second));
+    }
 
     net::io_context ioc;
     // Signals are caught from here on (the sandbox's command resets them).
@@ -464,6 +476,9 @@ int run(const run_options& o, admin_port& admin) {
         end_session("end");
         return 1;
     }
+    poster.start();
+    std::string no_cgroup;
+    const auto cgroup = kill_cgroup::create(sb->init, no_cgroup);
     if (!sb->warning.empty()) {
         say(o, "warning: " + sb->warning);
     }
@@ -493,10 +508,12 @@ int run(const run_options& o, admin_port& admin) {
         }
         kill_why = std::move(why);
         const auto t0 = clock::now();
+        const bool by_cgroup = cgroup && cgroup->kill();
         ::kill(sb->init, SIGKILL);  // PID 1 of the namespace: the kernel kills the rest
         reap(true);
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0);
-        say(o, kill_why + ": sandbox killed in " + std::to_string(ms.count()) + " ms");
+        say(o, kill_why + ": sandbox killed in " + std::to_string(ms.count()) + " ms (" +
+                   (by_cgroup ? "cgroup.kill and " : "") + "the PID namespace's init)");
     };
 
     // Follow the session; the command starts once the stream is open (no kill is missed),

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cordon::shim {
@@ -40,6 +41,7 @@ struct run_options {
     std::chrono::milliseconds admin_grace{10'000};
     std::uint64_t scratch_bytes = 1ull << 30;
     std::vector<std::string> hide;     ///< host paths the sandbox may not read
+    std::optional<std::pair<unsigned, unsigned>> user;  ///< --user: uid, gid of the command
     bool quiet = false;
 };
 

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <array>
@@ -88,12 +89,14 @@ int listener(int sock, int type, std::uint16_t port) {
     return fd;
 }
 
-void bind_mount(int sock, const std::string& from, const std::string& to, bool read_only) {
+void bind_mount(int sock, const std::string& from, const std::string& to, bool read_only,
+                bool devices = false) {
     if (::mount(from.c_str(), to.c_str(), nullptr, MS_BIND | MS_REC, nullptr) < 0) {
         fail(sock, errno_text("bind " + from + " on " + to));
     }
+    const unsigned long nodev = devices ? 0 : MS_NODEV;
     if (read_only && ::mount(nullptr, to.c_str(), nullptr,
-                             MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                             MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | nodev,
                              nullptr) < 0) {
         fail(sock, errno_text("read-only " + to));
     }
@@ -176,7 +179,7 @@ void hide_path(int sock, const std::string& path) {
             fail(sock, errno_text("hiding " + path));
         }
     } else {
-        bind_mount(sock, "/dev/null", path, true);
+        bind_mount(sock, "/dev/null", path, true, true);  // reads as empty
     }
 }
 
@@ -208,6 +211,9 @@ void setup_mounts(int sock, const sandbox_spec& s) {
                     opts.c_str()) < 0) {
             fail(sock, errno_text("tmpfs on scratch " + s.scratch));
         }
+        if (s.user && ::chown(s.scratch.c_str(), s.user->first, s.user->second) < 0) {
+            fail(sock, errno_text("chown scratch"));
+        }
         if (!s.scratch_file_name.empty()) {
             const std::string p = s.scratch + "/" + s.scratch_file_name;
             const int fd = ::open(p.c_str(), O_CREAT | O_WRONLY | O_EXCL | O_CLOEXEC, 0600);
@@ -215,6 +221,9 @@ void setup_mounts(int sock, const sandbox_spec& s) {
                                   s.scratch_file_content.size()) !=
                               static_cast<ssize_t>(s.scratch_file_content.size())) {
                 fail(sock, errno_text("writing " + p));
+            }
+            if (s.user && ::fchown(fd, s.user->first, s.user->second) < 0) {
+                fail(sock, errno_text("chown " + p));
             }
             ::close(fd);
         }
@@ -269,8 +278,14 @@ bool apply_landlock(const sandbox_spec& s, std::string& error) {
     const std::uint64_t file_write =
         LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? ll_truncate : 0);
     ok = ok && allow("/dev", file_write);
-    // Reopening an inherited pipe through /proc/self/fd is a write too.
-    ok = ok && allow("/proc/self/fd", file_write);
+    // stdin/stdout/stderr as inherited (a terminal of the host's devpts, a log file): so
+    // that reopening /dev/stdout works. Pipes and sockets need no rule.
+    for (int fd = 0; fd <= 2 && ok; ++fd) {
+        struct stat st{};
+        if (::fstat(fd, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISREG(st.st_mode))) {
+            ok = allow("/proc/self/fd/" + std::to_string(fd), file_write);
+        }
+    }
     if (!ok || ::syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
         error = errno_text("landlock");
         ::close(rs);
@@ -281,7 +296,7 @@ bool apply_landlock(const sandbox_spec& s, std::string& error) {
 }
 
 // In the command's process: no capabilities, ever again (also not through exec).
-void drop_privileges() {
+void drop_privileges(const sandbox_spec& s) {
     (void)::prctl(PR_SET_SECUREBITS,
                   SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_SETUID_FIXUP |
                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT | SECBIT_NOROOT_LOCKED);
@@ -291,6 +306,16 @@ void drop_privileges() {
         }
     }
     (void)::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    if (s.user) {
+        const gid_t g = s.user->second;
+        const uid_t u = s.user->first;
+        if (::setgroups(0, nullptr) != 0 || ::setresgid(g, g, g) != 0 ||
+            ::setresuid(u, u, u) != 0) {
+            const std::string m = errno_text("cordon run: switching to the --user") + "\n";
+            (void)::write(2, m.data(), m.size());
+            ::_exit(125);
+        }
+    }
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     std::array<__user_cap_data_struct, 2> data{};
     if (::syscall(SYS_capset, &hdr, data.data()) != 0) {
@@ -318,7 +343,7 @@ void drop_privileges() {
         (void)::write(2, m.data(), m.size());
         ::_exit(125);
     }
-    drop_privileges();
+    drop_privileges(s);
     std::vector<char*> argv;
     for (const auto& a : s.argv) {
         argv.push_back(const_cast<char*>(a.c_str()));
@@ -472,6 +497,10 @@ std::optional<sandbox> start_sandbox(const sandbox_spec& spec, std::string& erro
         return std::nullopt;
     }
     const bool userns = ::geteuid() != 0;
+    if (userns && spec.user && spec.user->first != 0) {
+        error = "--user needs root: without it only uid 0 exists in the sandbox";
+        return std::nullopt;
+    }
     int sync[2] = {-1, -1};
     if (userns && ::pipe2(sync, O_CLOEXEC) < 0) {
         error = errno_text("pipe");

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cordon::shim {
@@ -28,6 +29,9 @@ struct sandbox_spec {
     std::string scratch_file_name;
     std::string scratch_file_content;
     bool landlock_required = true;  ///< false: run without Landlock on a kernel lacking it
+    /// Run the command as this uid/gid (no supplementary groups); scratch is theirs. Unset:
+    /// uid 0 without capabilities.
+    std::optional<std::pair<uid_t, gid_t>> user;
     std::uint16_t proxy_port = 3128;  ///< the relay listeners inside the namespace
     std::uint16_t dns_port = 53;
 };

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -102,6 +103,14 @@ def sandbox_pids(ns_link):
     return pids
 
 
+def landlock_abi():
+    """The kernel's Landlock ABI version (0 without Landlock)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    v = libc.syscall(444, None, 0, 1)  # landlock_create_ruleset(NULL, 0, VERSION), x86-64/arm64
+    return max(v, 0)
+
+
 def children_of(pid):
     kids = []
     try:
@@ -128,6 +137,7 @@ class RunTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = H.TempDir("cordon-it-run-")
+        os.chmod(cls.tmp.path, 0o711)  # --user nobody must reach scratch below it
         cls.scratch = cls.tmp.join("scratch")
         cls.outside = cls.tmp.join("outside")
         os.makedirs(cls.outside)
@@ -179,12 +189,12 @@ class RunTest(unittest.TestCase):
         env.update(extra or {})
         return env
 
-    def shim_args(self, job, *cmd):
+    def shim_args(self, job, *cmd, opts=()):
         return [self.cordon.bin, "run", "--job", job,
-                "--dns", "%s:%d" % self.cordon.dns_addr, "--"] + list(cmd)
+                "--dns", "%s:%d" % self.cordon.dns_addr] + list(opts) + ["--"] + list(cmd)
 
-    def run_shim(self, job, *cmd, extra_env=None, timeout=60):
-        return subprocess.run(self.shim_args(job, *cmd), env=self.run_env(extra_env),
+    def run_shim(self, job, *cmd, extra_env=None, timeout=60, opts=()):
+        return subprocess.run(self.shim_args(job, *cmd, opts=opts), env=self.run_env(extra_env),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, timeout=timeout)
 
@@ -210,6 +220,10 @@ class RunTest(unittest.TestCase):
             self.assertFalse(res[k]["ok"], (k, res[k]))
             self.assertIn("Read-only file system", res[k]["error"])
         self.assertFalse(os.path.exists(os.path.join(self.outside, "escaped")))
+        # /proc is the sandbox's own and writable by mounts: only Landlock refuses this.
+        if landlock_abi() > 0:
+            self.assertFalse(res["write_proc_comm"]["ok"], res["write_proc_comm"])
+            self.assertIn("Permission denied", res["write_proc_comm"]["error"])
         self.assertTrue(res["write_scratch"]["ok"], res["write_scratch"])
         self.assertTrue(res["mkdir_scratch"]["ok"], res["mkdir_scratch"])
         # ... and scratch is gone afterwards.
@@ -283,6 +297,31 @@ class RunTest(unittest.TestCase):
         self.assertEqual(r.returncode, 7, r.stderr)
         r = self.run_shim("agent", "/nonexistent/binary")
         self.assertEqual(r.returncode, 127, r.stderr)
+
+    def test_user_and_hide(self):
+        pub = tempfile.mkdtemp(prefix="cordon-it-run-pub-")
+        try:
+            os.chmod(pub, 0o755)
+            files = {"root-only": ("s3cret\n", 0o600), "public": ("hello\n", 0o644),
+                     "hidden": ("visible?\n", 0o644)}
+            for name, (text, mode) in files.items():
+                with open(os.path.join(pub, name), "w") as f:
+                    f.write(text)
+                os.chmod(os.path.join(pub, name), mode)
+            script = (f"cat {pub}/public; cat {pub}/root-only 2>/dev/null || echo no-secret; "
+                      f"cat {pub}/hidden | wc -c; id -u; "
+                      "echo x > $HOME/w && echo scratch-ok")
+            r = self.run_shim("agent", "sh", "-c", script,
+                              opts=["--user", "65534:65534", "--hide", f"{pub}/hidden"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["hello", "no-secret", "0", "65534",
+                                                "scratch-ok"])
+            # Without --user: uid 0 (no capabilities) still owns root's files.
+            r = self.run_shim("agent", "sh", "-c", script)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["hello", "s3cret", "9", "0", "scratch-ok"])
+        finally:
+            shutil.rmtree(pub, ignore_errors=True)
 
     def test_long_lived_key_in_job_env_is_refused(self):
         key = {"AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE"}

@@ -34,6 +34,7 @@ def write(path):
 attempt("write_etc", lambda: write("/etc/cordon-run-test"))
 attempt("write_outside", lambda: write(os.path.join(outside, "escaped")))
 attempt("write_tmp", lambda: write("/tmp/cordon-run-test"))
+attempt("write_proc_comm", lambda: write("/proc/self/comm"))  # writable proc: Landlock's
 attempt("write_scratch", lambda: write(os.path.join(scratch, "out.txt")))
 attempt("mkdir_scratch", lambda: os.makedirs(os.path.join(scratch, "sub/dir")) or
         write(os.path.join(scratch, "sub/dir/deep.txt")))

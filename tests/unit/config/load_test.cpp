@@ -556,7 +556,7 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
         {"identity", with_job("    identity: { bogus: 1 }"), 5, 17, "jobs.j.identity",
          "unknown key 'bogus' (expected one of: ttl, mint, revoke)"},
         {"filesystem", with_job("    filesystem: { bogus: 1 }"), 5, 19, "jobs.j.filesystem",
-         "unknown key 'bogus' (expected one of: scratch, never_write)"},
+         "unknown key 'bogus' (expected one of: scratch, never_write, landlock)"},
         {"keys are case-sensitive", with_top("Jobs: {}"), 3, 1, "policy", "unknown key 'Jobs'"},
         {"a key that is a list", with_top("? [a, b]\n: 1"), 3, 3, "",
          "keys must be plain words, got a list"},
