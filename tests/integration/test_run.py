@@ -292,6 +292,20 @@ class RunTest(unittest.TestCase):
         for e in events:
             self.assertNotIn(f"short-lived-{session}", json.dumps(e))
 
+    def test_shim_events_need_the_admin_token(self):
+        s = self.cordon.create_session("agent")
+        body = {"event": "file.write", "path": "/x", "size": 1}
+        status, js = self.cordon.admin("POST", f"/v1/sessions/{s['id']}/events", body,
+                                       token=s["token"])
+        self.assertEqual(status, 403, js)
+        self.assertIn("admin token", js["error"])
+        status, js = self.cordon.admin("POST", f"/v1/sessions/{s['id']}/events", body)
+        self.assertEqual(status, 202, js)
+        status, js = self.cordon.admin("POST", f"/v1/sessions/{s['id']}/events",
+                                       {"event": "file.write", "path": "x", "size": 1})
+        self.assertEqual(status, 400, js)
+        self.cordon.admin("DELETE", f"/v1/sessions/{s['id']}")
+
     def test_exit_status_is_the_commands(self):
         r = self.run_shim("agent", "sh", "-c", "exit 7")
         self.assertEqual(r.returncode, 7, r.stderr)
