@@ -141,6 +141,7 @@ class RunTest(unittest.TestCase):
         cls.scratch = cls.tmp.join("scratch")
         cls.outside = cls.tmp.join("outside")
         os.makedirs(cls.outside)
+        os.makedirs(cls.scratch)  # an unprivileged shim could not create it
         cls.hooks_log = cls.tmp.join("hooks.log")
         mint = f"echo mint $CORDON_SESSION >> {cls.hooks_log}; echo short-lived-$CORDON_SESSION"
         revoke = (f"read cred; echo revoke $CORDON_SESSION $CORDON_REVOKE_WHEN $cred "
@@ -334,6 +335,34 @@ class RunTest(unittest.TestCase):
             r = self.run_shim("agent", "sh", "-c", script)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.split(), ["hello", "s3cret", "9", "0", "scratch-ok"])
+        finally:
+            shutil.rmtree(pub, ignore_errors=True)
+
+    def test_unprivileged_shim_uses_a_user_namespace(self):
+        if not shutil.which("setpriv"):
+            self.skipTest("setpriv(1) not installed")
+        probe = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534",
+                                "--clear-groups", "unshare", "-Ur", "true"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+        if probe.returncode != 0:
+            self.skipTest("unprivileged user namespaces unavailable: " +
+                          probe.stderr.decode(errors="replace").strip())
+        pub = tempfile.mkdtemp(prefix="cordon-it-run-nobody-")
+        try:
+            os.chmod(pub, 0o755)
+            token = os.path.join(pub, "admin.token")
+            shutil.copy(self.cordon.token_file, token)
+            os.chmod(token, 0o644)
+            env = self.run_env({"CORDON_ADMIN_TOKEN_FILE": token})
+            r = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534",
+                                "--clear-groups"] +
+                               self.shim_args("agent", "sh", "-c",
+                                              "id -u; echo hi > $HOME/x && cat $HOME/x; "
+                                              "echo y > /etc/z 2>/dev/null || echo ro"),
+                               env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["0", "hi", "ro"])
         finally:
             shutil.rmtree(pub, ignore_errors=True)
 
