@@ -280,6 +280,27 @@ std::vector<std::string> hook_env(const std::string& session, const std::string&
 
 int run(const run_options& o, admin_port& admin) {
     std::string err;
+    net::io_context ioc;
+    // Stop signals are caught from the start: one that arrives while the session is being
+    // created or the identity minted still ends the session and runs the revoke hook. The
+    // sandbox's command resets them.
+    net::signal_set stops(ioc, SIGTERM, SIGINT, SIGHUP);
+    std::string stop_signal;
+    std::function<void()> on_stop;  // set once the sandbox runs
+    stops.async_wait([&](boost::system::error_code ec, int sig) {
+        if (!ec) {
+            stop_signal = ::strsignal(sig);
+            if (on_stop) {
+                on_stop();
+            }
+        }
+    });
+    const auto stop_requested = [&] {
+        ioc.poll();
+        ioc.restart();
+        return !stop_signal.empty();
+    };
+    ::signal(SIGPIPE, SIG_IGN);
     // 1. What the job card says, and where cordon listens.
     const auto card_json = call_json(admin, "GET", "/v1/jobs/" + o.job, "", 200, err);
     if (!card_json) {
@@ -408,6 +429,11 @@ int run(const run_options& o, admin_port& admin) {
         return 1;
     }
 
+    if (stop_requested()) {
+        say(o, "stopped by signal " + stop_signal + " before the sandbox started");
+        end_session("end");
+        return exit_killed;
+    }
     // 4. Identity: a short-lived credential, minted on the host side.
     std::vector<std::pair<std::string, std::string>> extra;
     sandbox_spec spec;
@@ -465,11 +491,12 @@ int run(const run_options& o, admin_port& admin) {
                                    static_cast<gid_t>(o.user->second));
     }
 
-    net::io_context ioc;
-    // Signals are caught from here on (the sandbox's command resets them).
-    net::signal_set stops(ioc, SIGTERM, SIGINT, SIGHUP);
+    if (stop_requested()) {
+        say(o, "stopped by signal " + stop_signal + " before the sandbox started");
+        end_session("end");
+        return exit_killed;
+    }
     net::signal_set children(ioc, SIGCHLD);
-    ::signal(SIGPIPE, SIG_IGN);
     auto sb = start_sandbox(spec, err);
     if (!sb) {
         say(o, "cannot start the sandbox: " + err);
@@ -536,11 +563,10 @@ int run(const run_options& o, admin_port& admin) {
             }
             release_sandbox(*sb);
         });
-    stops.async_wait([&](boost::system::error_code ec, int sig) {
-        if (!ec) {
-            kill_all(std::string("stopped by signal ") + ::strsignal(sig));
-        }
-    });
+    on_stop = [&] { kill_all("stopped by signal " + stop_signal); };
+    if (!stop_signal.empty()) {
+        on_stop();
+    }
     std::function<void(boost::system::error_code, int)> on_child =
         [&](boost::system::error_code ec, int) {
             if (ec) {

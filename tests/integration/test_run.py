@@ -160,6 +160,11 @@ class RunTest(unittest.TestCase):
             f"      mint: {{ command: {json.dumps(mint)}, file: identity.token }}\n"
             f"      revoke: {json.dumps(revoke)}\n"
             "    env: [LANG, AGENT_REPO]\n"
+            "  slowmint:\n"
+            "    task: an identity hook that takes its time\n"
+            "    identity:\n"
+            f"      mint: {json.dumps('sleep 1; echo slow-cred')}\n"
+            f"      revoke: {json.dumps(revoke)}\n"
             "  keyed:\n"
             "    task: a job card variable that holds a long-lived key\n"
             "    env: [AWS_ACCESS_KEY_ID]\n"
@@ -445,6 +450,26 @@ class RunTest(unittest.TestCase):
         status, js = self.cordon.admin("GET", f"/v1/sessions/{session}")
         self.assertEqual(js["state"], "ended")
         self.assertTrue(all(t["revoked"] for t in js["tokens"]), js)
+
+    def test_sigterm_during_the_mint_ends_the_session_and_revokes(self):
+        p = subprocess.Popen(self.shim_args("slowmint", "sh", "-c", "echo started"),
+                             env=self.run_env(), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            session = H.wait_until(
+                lambda: [s["id"] for s in self.cordon.admin("GET", "/v1/sessions")[1]["sessions"]
+                         if s["job"] == "slowmint" and s["state"] == "active"], 5)
+            self.assertTrue(session)
+            p.terminate()
+            p.wait(timeout=10)
+            self.assertEqual(p.returncode, 137)
+            self.assertEqual(p.stdout.read(), "")  # the command never ran
+        finally:
+            reap(p)
+        status, js = self.cordon.admin("GET", f"/v1/sessions/{session[0]}")
+        self.assertEqual(js["state"], "ended")
+        with open(self.hooks_log) as f:
+            self.assertIn(f"revoke {session[0]} end slow-cred", f.read())
 
     def test_losing_the_admin_api_kills_after_the_grace(self):
         # A private cordon: this test stops it.
