@@ -36,6 +36,8 @@ constexpr std::string_view usage =
     "                        token file is always hidden)\n"
     "  --user USER[:GROUP]   run CMD as this user (name or number; default uid 0 without\n"
     "                        capabilities): root-only files become unreadable too\n"
+    "  --allow-unix-sockets  let CMD create Unix sockets (refused by default: a read-only\n"
+    "                        mount does not stop connect() to a host socket)\n"
     "  --quiet               only errors\n"
     "  --admin URL, --admin-token-file FILE (or CORDON_ADMIN, CORDON_ADMIN_TOKEN_FILE)\n"
     "See docs/shim.md for what the sandbox stops and what it does not.\n";
@@ -167,6 +169,8 @@ int run(args a) {
                 std::cerr << "cordon run: --user: unknown user or group '" << opts[i] << "'\n";
                 return 2;
             }
+        } else if (k == "--allow-unix-sockets") {
+            o.allow_unix_sockets = true;
         } else if (k == "--quiet") {
             o.quiet = true;
         } else if (!k.starts_with("-")) {

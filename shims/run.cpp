@@ -486,6 +486,7 @@ int run(const run_options& o, admin_port& admin) {
     }
     spec.resolv_conf = resolv;
     spec.landlock_required = card->landlock_required;
+    spec.allow_unix_sockets = o.allow_unix_sockets;
     if (o.user) {
         spec.user = std::make_pair(static_cast<uid_t>(o.user->first),
                                    static_cast<gid_t>(o.user->second));

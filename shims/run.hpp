@@ -42,6 +42,7 @@ struct run_options {
     std::uint64_t scratch_bytes = 1ull << 30;
     std::vector<std::string> hide;     ///< host paths the sandbox may not read
     std::optional<std::pair<unsigned, unsigned>> user;  ///< --user: uid, gid of the command
+    bool allow_unix_sockets = false;  ///< --allow-unix-sockets
     bool quiet = false;
 };
 

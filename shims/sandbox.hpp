@@ -32,6 +32,9 @@ struct sandbox_spec {
     /// Run the command as this uid/gid (no supplementary groups); scratch is theirs. Unset:
     /// uid 0 without capabilities.
     std::optional<std::pair<uid_t, gid_t>> user;
+    /// The seccomp filter refuses socket(AF_UNIX) unless this is set (`--allow-unix-sockets`):
+    /// a read-only mount does not stop connect() to a host socket such as docker.sock.
+    bool allow_unix_sockets = false;
     std::uint16_t proxy_port = 3128;  ///< the relay listeners inside the namespace
     std::uint16_t dns_port = 53;
 };

@@ -212,13 +212,21 @@ class RunTest(unittest.TestCase):
     def test_probe_agent_is_contained(self):
         host = TCPServer()
         raw_dns = H.FakeDNS({"allowed.test": {"A": ["127.0.0.1"]}})
+        sockdir = tempfile.mkdtemp(prefix="cordon-it-run-sock-")
+        os.chmod(sockdir, 0o755)
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.bind(os.path.join(sockdir, "host.sock"))
+        os.chmod(os.path.join(sockdir, "host.sock"), 0o777)
+        unix.listen(4)
         try:
             r = self.run_shim("agent", PYTHON, os.path.join(AGENTS, "probe_agent.py"),
                               str(host.port), str(raw_dns.port), str(ORIGIN.port),
-                              self.outside, self.scratch)
+                              self.outside, self.scratch, os.path.join(sockdir, "host.sock"))
         finally:
             host.stop()
             raw_dns.stop()
+            unix.close()
+            shutil.rmtree(sockdir, ignore_errors=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         res = json.loads(r.stdout)
         # Filesystem: read-only everywhere but scratch.
@@ -239,6 +247,11 @@ class RunTest(unittest.TestCase):
         self.assertEqual(host.accepted, 0)
         self.assertFalse(res["udp_dns_direct"]["ok"], res["udp_dns_direct"])
         self.assertFalse(raw_dns.names_queried())
+        # A host Unix socket (docker.sock, say) is not reachable either: seccomp refuses
+        # AF_UNIX sockets. New namespaces are refused too.
+        self.assertFalse(res["unix_host_socket"]["ok"], res["unix_host_socket"])
+        self.assertIn("Permission denied", res["unix_host_socket"]["error"])
+        self.assertFalse(res["unshare_user"]["ok"], res["unshare_user"])
         # The proxy: allowed works, denied is 403.
         self.assertEqual(res["proxy_allowed"], {"ok": True, "value": 200})
         self.assertEqual(res["proxy_denied"], {"ok": True, "value": 403})

@@ -454,6 +454,63 @@ class DeliveryTest(WebhookCase):
         self.assertEqual(first.snapshot(), [])
 
 
+class NoWebhookTest(WebhookCase):
+    """Bursts are counted without alerts.webhook (defaults: 10 denials within 60 s), so the
+    CordonDenialBurst rule can fire on a default install; nothing is sent."""
+
+    def wait_bursts(self, cordon, want, timeout=5):
+        deadline = time.monotonic() + timeout
+        got = None
+        while time.monotonic() < deadline:
+            got = metric(cordon, "cordon_denial_bursts_total", {"job": "web"})
+            if got == want:
+                break
+            time.sleep(0.05)
+        return got
+
+    def test_bursts_are_counted_without_a_webhook(self):
+        cordon = self.start("")
+        s1 = cordon.create_session("web")
+        s2 = cordon.create_session("web")
+        for _ in range(9):
+            deny_connect(cordon, s1, "evil.test:443")
+        for _ in range(9):
+            deny_dns(cordon, s2, "exfil.test")
+        time.sleep(0.5)  # the notifier drains every 50 ms
+        self.assertEqual(metric(cordon, "cordon_denial_bursts_total", {"job": "web"}), 0.0,
+                         "9 denials of a session are no burst (default threshold 10)")
+        deny_connect(cordon, s1, "evil.test:443")  # the 10th of s1
+        self.assertEqual(self.wait_bursts(cordon, 1.0), 1.0, cordon.stderr_text())
+        for _ in range(5):  # the same burst goes on: not counted again
+            deny_connect(cordon, s1, "evil.test:443")
+        deny_dns(cordon, s2, "exfil.test")  # the 10th of s2 (DNS counts too)
+        self.assertEqual(self.wait_bursts(cordon, 2.0), 2.0)
+        time.sleep(0.3)
+        self.assertEqual(metric(cordon, "cordon_denial_bursts_total", {"job": "web"}), 2.0)
+        self.assertNotIn("webhook", cordon.stderr_text(),
+                         "nothing is said about a webhook that is not configured")
+        self.assertEqual([e for e in cordon.audit_events() if e.get("event") == "alert.error"],
+                         [])
+
+    def test_reload_without_the_webhook_keeps_counting_bursts(self):
+        rec = self.receiver()
+        cordon = self.start(alerts_yaml(rec.url(), burst_threshold=3))
+        s = cordon.create_session("web")
+        for _ in range(3):
+            deny_connect(cordon, s, "evil.test:443")
+        self.assertEqual(self.wait_bursts(cordon, 1.0), 1.0)
+        self.assertEqual(len(rec.wait(1, 5)), 1)
+        cordon.set_alerts("")
+        status, js = cordon.admin("POST", "/v1/reload")
+        self.assertEqual(status, 200, js)
+        s2 = cordon.create_session("web")
+        for _ in range(10):  # the defaults now: 10 within 60 s
+            deny_connect(cordon, s2, "evil.test:443")
+        self.assertEqual(self.wait_bursts(cordon, 2.0), 2.0, cordon.stderr_text())
+        time.sleep(1.5)  # interval 1s: a webhook would have been sent to by now
+        self.assertEqual(len(rec.snapshot()), 1, "sent after the webhook was removed")
+
+
 class HttpsTest(WebhookCase):
 
     def setUp(self):

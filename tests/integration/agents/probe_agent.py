@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 host_port, dns_port, origin_port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-outside, scratch = sys.argv[4], sys.argv[5]
+outside, scratch, unix_path = sys.argv[4], sys.argv[5], sys.argv[6]
 out = {}
 
 
@@ -61,6 +61,29 @@ def udp_dns():
 
 
 attempt("udp_dns_direct", udp_dns)
+
+
+def unix_connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect(unix_path)
+    s.close()
+    return "connected"
+
+
+attempt("unix_host_socket", unix_connect)
+
+
+def unshare_user():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return "unshared"
+
+
+attempt("unshare_user", unshare_user)
 
 
 def fetch(host):
