@@ -258,6 +258,8 @@ class RunTest(unittest.TestCase):
         # DNS through the relay: the job's name resolves, another is refused.
         self.assertEqual(res["resolve_allowed"], {"ok": True, "value": ["127.0.0.1"]})
         self.assertFalse(res["resolve_denied"]["ok"], res["resolve_denied"])
+        self.assertEqual(res["dns_tcp_allowed"], {"ok": True, "value": [0, 1]})  # over TCP
+        self.assertEqual(res["dns_tcp_denied"], {"ok": True, "value": [5, 0]})  # REFUSED
         # Namespaces and privileges.
         self.assertEqual(res["hostname"]["value"], "cordon-sandbox")
         self.assertEqual(res["pid"]["value"], 2)  # PID 1 is the sandbox's init

@@ -102,6 +102,28 @@ attempt("resolve_allowed",
 attempt("resolve_denied",
         lambda: sorted({a[4][0] for a in socket.getaddrinfo("denied.test", 80,
                                                             socket.AF_INET)}))
+
+
+def dns_tcp(name):
+    """(rcode, answer count) of an A query over TCP to the sandbox's resolver."""
+    q = struct.pack(">HHHHHH", 0x4321, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    q += struct.pack(">HH", 1, 1)
+    s = socket.create_connection(("127.0.0.1", 53), timeout=5)
+    s.sendall(struct.pack(">H", len(q)) + q)
+    data = b""
+    while len(data) < 2 or len(data) < 2 + struct.unpack(">H", data[:2])[0]:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    flags, _, ancount = struct.unpack(">HHH", data[4:10])
+    return [flags & 0xF, ancount]
+
+
+attempt("dns_tcp_allowed", lambda: dns_tcp("allowed.test"))
+attempt("dns_tcp_denied", lambda: dns_tcp("denied.test"))
 attempt("identity_file", lambda: open(os.path.join(scratch, "identity.token")).read().strip())
 attempt("hostname", socket.gethostname)
 attempt("pid", os.getpid)
