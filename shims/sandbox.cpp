@@ -395,11 +395,16 @@ void drop_privileges(const sandbox_spec& s) {
         ::_exit(125);
     }
     std::string why;
-    if (!apply_landlock(s, why) && s.landlock_required) {
-        const std::string m = "cordon run: Landlock is required by the job and unavailable: " +
-                              why + "\n";
+    if (!apply_landlock(s, why)) {
+        const std::string m =
+            s.landlock_required
+                ? "cordon run: Landlock is required by the job and unavailable: " + why + "\n"
+                : "cordon run: warning: running without Landlock (the job allows it): " + why +
+                      "\n";
         (void)::write(2, m.data(), m.size());
-        ::_exit(125);
+        if (s.landlock_required) {
+            ::_exit(125);
+        }
     }
     drop_privileges(s);
     // Only stdin, stdout and stderr reach the command (an inherited socket is a way out).
@@ -519,6 +524,20 @@ int exit_code(int status) {
 
 }  // namespace
 
+landlock_plan plan_landlock(int abi, bool required) {
+    if (abi > 0) {
+        return {true, true, ""};
+    }
+    if (required) {
+        return {false, false,
+                "this kernel has no Landlock and the job requires it "
+                "(filesystem.landlock: optional runs on the read-only mounts alone)"};
+    }
+    return {true, false,
+            "this kernel has no Landlock: never_write is enforced by the read-only mounts "
+            "alone (the job allows it)"};
+}
+
 bool release_sandbox(sandbox& s) {
     const char go = 'G';
     const bool ok = ::write(s.control, &go, 1) == 1;
@@ -539,16 +558,13 @@ std::optional<sandbox> start_sandbox(const sandbox_spec& spec, std::string& erro
         return std::nullopt;
     }
     sandbox out;
-    out.landlock = landlock_abi() > 0;
-    if (!out.landlock) {
-        if (spec.landlock_required) {
-            error = "this kernel has no Landlock and the job requires it "
-                    "(filesystem.landlock: optional runs on mounts alone)";
-            return std::nullopt;
-        }
-        out.warning = "this kernel has no Landlock: never_write is enforced by the read-only "
-                      "mounts alone (the job allows it)";
+    const landlock_plan plan = plan_landlock(landlock_abi(), spec.landlock_required);
+    if (!plan.run) {
+        error = plan.message;
+        return std::nullopt;
     }
+    out.landlock = plan.use_landlock;
+    out.warning = plan.message;
     int sp[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
         error = errno_text("socketpair");

@@ -56,6 +56,15 @@ struct sandbox {
 /// so the caller can watch scratch first). Closes `control`.
 bool release_sandbox(sandbox& s);
 
+/// Whether to run and with what, given the kernel's Landlock ABI (0: none) and the job's
+/// `filesystem.landlock`. Pure.
+struct landlock_plan {
+    bool run = false;
+    bool use_landlock = false;
+    std::string message;  ///< the refusal when !run, else a warning ("" when none)
+};
+landlock_plan plan_landlock(int abi, bool required);
+
 /// The Landlock ABI version the kernel offers, 0 without Landlock.
 int landlock_abi();
 
