@@ -9,6 +9,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
 
+#include <cerrno>
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
@@ -524,9 +525,15 @@ int run(const run_options& o, admin_port& admin) {
     std::string kill_why;
     const auto reap = [&](bool block) {
         int st = 0;
-        const pid_t p = ::waitpid(sb->init, &st, block ? 0 : WNOHANG);
+        pid_t p = 0;
+        do {
+            p = ::waitpid(sb->init, &st, block ? 0 : WNOHANG);
+        } while (p < 0 && errno == EINTR);
         if (p == sb->init) {
             exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            ioc.stop();
+        } else if (p < 0 && block) {
+            exit_status = exit_killed;  // not ours to wait for any more: it is gone
             ioc.stop();
         }
     };
