@@ -287,7 +287,8 @@ int run_daemon(const daemon_options& opts) {
         },
         last_event);
     rt.stats.set_kill_switch_engaged(rt.network_killed);
-    // The alert webhook: its own thread; denials reach it through runtime::denied().
+    // Denial bursts and the alert webhook: its own thread, started by configure() webhook or
+    // not (bursts are counted either way); denials reach it through runtime::denied().
     // Delivery failures (after the last retry) are audited as alert.error, without the URL.
     rt.notifier = std::make_unique<denial_notifier>(denial_notifier::callbacks{
         [&rt](const std::string& job) { rt.stats.count_denial_burst(job); },

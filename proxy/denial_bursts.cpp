@@ -64,10 +64,16 @@ void denial_bursts::configure(const burst_settings& s) {
     const bool ring_changed = s.burst_threshold != s_.burst_threshold;
     s_ = s;
     limiter_.set_limit(s.max_per_minute);
-    if (ring_changed) {
-        for (auto& [k, e] : entries_) {
+    for (auto& [k, e] : entries_) {
+        if (ring_changed) {
             resize_ring(e);
         }
+        if (!s_.windows) {
+            e.win = {};
+        }
+    }
+    if (!s_.windows) {
+        dropped_ = 0;
     }
 }
 
@@ -78,6 +84,9 @@ void denial_bursts::resize_ring(entry& e) const {
 }
 
 bool denial_bursts::add(const denial_event& ev) {
+    if (ev.count == 0) {
+        return false;
+    }
     std::string key = key_of(ev);
     auto it = entries_.find(key);
     if (it == entries_.end()) {
@@ -85,8 +94,8 @@ bool denial_bursts::add(const denial_event& ev) {
             evict_idle(ev.mono_ms);
         }
         if (entries_.size() >= s_.max_keys) {
-            ++untracked_;
-            ++dropped_;
+            untracked_ += ev.count;
+            count_dropped(ev.count);
             return false;
         }
         it = entries_.emplace(std::move(key), entry{}).first;
@@ -96,23 +105,26 @@ bool denial_bursts::add(const denial_event& ev) {
     }
     entry& e = it->second;
 
-    // Burst: the last burst_threshold denials all fall within burst_window.
+    // Burst: the last burst_threshold denials all fall within burst_window. `count`
+    // denials at one time are min(count, burst_threshold) entries of the ring (more would
+    // only overwrite each other).
     const std::int64_t span = s_.burst_window.count();
     if (e.ring.empty() || ev.mono_ms - e.last_mono > span) {
         e.in_burst = false;  // quiet for a whole window: any burst is over
     }
-    std::int64_t oldest = ev.mono_ms;
-    if (e.ring.size() < s_.burst_threshold) {
-        e.ring.push_back(ev.mono_ms);
-        oldest = e.ring.front();
-    } else {
-        e.ring[e.ring_next] = ev.mono_ms;
-        e.ring_next = (e.ring_next + 1) % e.ring.size();
-        oldest = e.ring[e.ring_next];
+    const std::uint64_t pushes = std::min<std::uint64_t>(ev.count, s_.burst_threshold);
+    for (std::uint64_t i = 0; i < pushes; ++i) {
+        if (e.ring.size() < s_.burst_threshold) {
+            e.ring.push_back(ev.mono_ms);
+        } else {
+            e.ring[e.ring_next] = ev.mono_ms;
+            e.ring_next = (e.ring_next + 1) % e.ring.size();
+        }
     }
     e.last_mono = std::max(e.last_mono, ev.mono_ms);
-    const bool condition =
-        e.ring.size() >= s_.burst_threshold && ev.mono_ms - oldest <= span;
+    // Full ring: ring_next is the oldest (0 right after it filled up, i.e. front()).
+    const bool condition = !e.ring.empty() && e.ring.size() >= s_.burst_threshold &&
+                           ev.mono_ms - e.ring[e.ring_next] <= span;
     bool started = false;
     if (condition && !e.in_burst) {
         started = true;
@@ -120,8 +132,12 @@ bool denial_bursts::add(const denial_event& ev) {
     } else if (!condition) {
         e.in_burst = false;
     }
+    if (!s_.windows) {
+        return started;
+    }
 
     // The alert window.
+    const std::uint64_t n = ev.count;
     window& w = e.win;
     if (!w.open) {
         w = {};
@@ -131,32 +147,32 @@ bool denial_bursts::add(const denial_event& ev) {
         w.first_wall = ev.wall_ms;
     }
     w.last_wall = std::max(w.last_wall, ev.wall_ms);
-    ++w.denials;
+    w.denials += n;
     w.burst = w.burst || e.in_burst;
     auto r = std::find_if(w.reasons.begin(), w.reasons.end(),
                           [&](const auto& p) { return p.first == ev.reason; });
     if (r != w.reasons.end()) {
-        ++r->second;
+        r->second += n;
     } else if (w.reasons.size() < s_.max_reasons) {
-        w.reasons.emplace_back(ev.reason, 1);
+        w.reasons.emplace_back(ev.reason, n);
     } else {
         auto other = std::find_if(w.reasons.begin(), w.reasons.end(),
                                   [](const auto& p) { return p.first == "other"; });
         if (other == w.reasons.end()) {
-            w.reasons.back() = {"other", w.reasons.back().second + 1};
+            w.reasons.back() = {"other", w.reasons.back().second + n};
         } else {
-            ++other->second;
+            other->second += n;
         }
     }
     auto t = std::find_if(w.targets.begin(), w.targets.end(), [&](const target_count& c) {
         return c.target == ev.target && c.kind == ev.kind;
     });
     if (t != w.targets.end()) {
-        ++t->count;
+        t->count += n;
     } else if (w.targets.size() < s_.max_targets) {
-        w.targets.push_back({ev.target, ev.kind, 1});
+        w.targets.push_back({ev.target, ev.kind, n});
     } else {
-        ++w.other_targets;
+        w.other_targets += n;
     }
     return started;
 }
@@ -241,7 +257,9 @@ std::size_t denial_bursts::open_windows() const {
 }
 
 void denial_bursts::evict_idle(std::int64_t now_ms) {
-    const std::int64_t idle = std::max(s_.interval.count(), s_.burst_window.count());
+    const std::int64_t idle = s_.windows
+                                  ? std::max(s_.interval.count(), s_.burst_window.count())
+                                  : s_.burst_window.count();
     std::erase_if(entries_, [&](const auto& kv) {
         return !kv.second.win.open && now_ms - kv.second.last_mono > idle;
     });

@@ -1,8 +1,9 @@
 #pragma once
-// The webhook's bookkeeping, without I/O or clocks: denials coalesced per session into one
-// alert per `interval`, bursts of a session detected over a sliding window, and the
-// max-per-minute limit on alerts across all sessions. Times are passed in (milliseconds of
-// a steady clock for windows, of the wall clock for what the alert shows). Pure.
+// The denial bookkeeping, without I/O or clocks: bursts of a session detected over a
+// sliding window (always, webhook or not), and, for the webhook, denials coalesced per
+// session into one alert per `interval` with the max-per-minute limit on alerts across all
+// sessions. Times are passed in (milliseconds of a steady clock for windows, of the wall
+// clock for what the alert shows). Pure.
 
 #include <chrono>
 #include <cstddef>
@@ -24,6 +25,8 @@ struct burst_settings {
     std::size_t max_targets = 32;     ///< distinct targets counted per window
     std::size_t max_reasons = 16;     ///< distinct reasons counted per window
     std::size_t top_targets = 5;      ///< targets an alert lists
+    /// false (no webhook): bursts are detected and nothing else is kept; no alert windows.
+    bool windows = true;
 };
 
 /// One denied attempt as the notifier queues it: owned and bounded (see bound()).
@@ -35,6 +38,7 @@ struct denial_event {
     std::string kind;     ///< "connect", "http", "dns"
     std::int64_t mono_ms = 0;
     std::int64_t wall_ms = 0;
+    std::uint64_t count = 1;  ///< identical denials this event stands for (0: none)
 
     /// Cuts every field to a sane length (target 256 bytes, others 128).
     void bound();
@@ -82,16 +86,25 @@ class denial_bursts {
 public:
     explicit denial_bursts(burst_settings s);
 
-    /// New settings; open windows and burst history are kept.
+    /// New settings; open windows and burst history are kept (burst history is reset when
+    /// burst_threshold changes; open windows are discarded when `windows` turns false).
     void configure(const burst_settings& s);
     const burst_settings& settings() const noexcept { return s_; }
 
-    /// Counts one denial. Returns true when it starts a burst of its session (the caller
-    /// counts cordon_denial_bursts_total{job} once per burst). A burst lasts while the
-    /// session keeps burst_threshold denials within burst_window.
+    /// Counts `e.count` denials, all at e.mono_ms. Returns true when they start a burst of
+    /// their session (the caller counts cordon_denial_bursts_total{job} once per burst). A
+    /// burst lasts while the session keeps burst_threshold denials within burst_window.
     bool add(const denial_event& e);
     /// Denials lost before they reached add() (a full queue); reported in the next alert.
-    void count_dropped(std::uint64_t n) { dropped_ += n; }
+    /// Ignored without windows (nothing to report them in).
+    void count_dropped(std::uint64_t n) {
+        if (s_.windows) {
+            dropped_ += n;
+        }
+    }
+    /// Forgets sessions with no open window, idle for longer than interval and burst_window
+    /// (burst_window only without windows). take_due() does it too.
+    void forget_idle(std::int64_t now_ms) { evict_idle(now_ms); }
 
     /// Closes the windows whose interval has passed, oldest first, as long as the rate
     /// limit allows; the others stay open and keep counting until a slot is free. At most
@@ -104,7 +117,7 @@ public:
 
     std::size_t open_windows() const;
     std::size_t tracked() const noexcept { return entries_.size(); }
-    /// Denials add() refused because max_keys sessions were tracked.
+    /// Denials (weighted by count) add() refused because max_keys sessions were tracked.
     std::uint64_t untracked() const noexcept { return untracked_; }
     std::uint64_t rate_limited() const noexcept { return rate_limited_; }
 

@@ -53,6 +53,13 @@ burst_settings settings_of(const config::webhook_spec& w) {
     return s;
 }
 
+// Without a webhook: bursts only, with the defaults of alerts.webhook's burst keys.
+burst_settings detect_only() {
+    burst_settings s = settings_of(config::webhook_spec{});
+    s.windows = false;
+    return s;
+}
+
 /// Where alerts go: the parsed URL, the settings and (https) the TLS context. Immutable;
 /// deliveries in flight keep the one they started with across a reload.
 struct sink {
@@ -108,9 +115,10 @@ struct denial_notifier::impl {
     explicit impl(callbacks c) : cb(std::move(c)) {}
 
     callbacks cb;
-    std::atomic<bool> enabled{false};
+    std::atomic<bool> enabled{false};  // a webhook is set
+    std::atomic<bool> running{false};  // submit() queues: configured once, not stopped
     std::atomic<bool> stopped{false};
-    std::unique_ptr<bounded_queue<denial_event>> queue;  // made once, before enabled
+    std::unique_ptr<bounded_queue<denial_event>> queue;  // made once, before running
     std::atomic<std::uint64_t> dropped{0};
     std::atomic<std::uint64_t> delivered{0};
     std::atomic<std::uint64_t> failed{0};
@@ -118,7 +126,7 @@ struct denial_notifier::impl {
 
     // The notifier thread only.
     std::shared_ptr<const sink> current;
-    denial_bursts bursts{burst_settings{}};
+    denial_bursts bursts{detect_only()};
     std::uint64_t dropped_reported = 0;
     std::size_t in_flight = 0;
     bool flushing = false;
@@ -141,10 +149,8 @@ struct denial_notifier::impl {
         }
         denial_event e;
         // Bounded: at most two queues' worth per tick, so a flood cannot starve the sender.
+        // Without a webhook (no `current`) the settings keep no windows: bursts only.
         for (std::size_t i = 0; i < 2 * queue_capacity && queue->try_pop(e); ++i) {
-            if (!current) {
-                continue;  // the webhook was turned off by a reload
-            }
             if (bursts.add(e) && cb.on_burst) {
                 cb.on_burst(e.job);
             }
@@ -159,7 +165,11 @@ struct denial_notifier::impl {
     // Drains the queue, then starts a delivery for each window that is due.
     void step() {
         drain();
-        if (!current || in_flight >= max_in_flight) {
+        if (!current) {
+            bursts.forget_idle(mono_ms());  // what take_due() does with a webhook
+            return;
+        }
+        if (in_flight >= max_in_flight) {
             return;
         }
         const std::size_t room = max_in_flight - in_flight;
@@ -295,6 +305,28 @@ struct denial_notifier::impl {
         std::cerr << '\n';
     }
 
+    // The control thread: the queue, then the thread, once; submit() queues from now on.
+    void start() {
+        if (!queue) {
+            queue = std::make_unique<bounded_queue<denial_event>>(queue_capacity);
+        }
+        running.store(true, std::memory_order_release);
+        if (thread.joinable()) {
+            return;
+        }
+        net::co_spawn(ioc, run_ticks(), net::detached);
+        thread = std::thread([this] {
+            for (;;) {
+                try {
+                    ioc.run();
+                    return;
+                } catch (const std::exception& e) {
+                    std::cerr << "cordon: webhook: " << e.what() << '\n';
+                }
+            }
+        });
+    }
+
     // Runs on the notifier thread: the flush at stop(), then `done`.
     void flush(std::shared_ptr<std::promise<void>> done) {
         flushing = true;
@@ -330,15 +362,14 @@ void denial_notifier::configure(const std::optional<config::webhook_spec>& spec)
         return;
     }
     if (!spec) {
-        const bool was = m.enabled.exchange(false);
-        if (was) {
+        if (m.enabled.exchange(false)) {
             std::cerr << "cordon: webhook: off\n";
-            net::post(m.ioc, [&m] {
-                m.current.reset();
-                m.bursts = denial_bursts(burst_settings{});
-                m.drain();  // discards: no sink
-            });
         }
+        net::post(m.ioc, [&m] {
+            m.current.reset();
+            m.bursts.configure(detect_only());  // discards open windows; bursts go on
+        });
+        m.start();
         return;
     }
     auto s = std::make_shared<sink>();
@@ -374,35 +405,20 @@ void denial_notifier::configure(const std::optional<config::webhook_spec>& spec)
         std::cerr << said.str();  // at start, and on reloads that change something visible
         m.last_configured = said.str();
     }
-    if (!m.queue) {
-        m.queue = std::make_unique<bounded_queue<denial_event>>(queue_capacity);
-    }
     std::shared_ptr<const sink> next = std::move(s);
     net::post(m.ioc, [&m, next] {
         m.current = next;
         m.bursts.configure(settings_of(next->spec));
     });
     m.enabled.store(true, std::memory_order_release);
-    if (!m.thread.joinable()) {
-        net::co_spawn(m.ioc, m.run_ticks(), net::detached);
-        m.thread = std::thread([&m] {
-            for (;;) {
-                try {
-                    m.ioc.run();
-                    return;
-                } catch (const std::exception& e) {
-                    std::cerr << "cordon: webhook: " << e.what() << '\n';
-                }
-            }
-        });
-    }
+    m.start();
 }
 
 void denial_notifier::submit(std::string_view job, std::string_view session,
                              std::string_view reason, std::string_view target,
-                             std::string_view kind) noexcept {
+                             std::string_view kind, std::uint64_t count) noexcept {
     impl& m = *impl_;
-    if (!m.enabled.load(std::memory_order_acquire)) {
+    if (count == 0 || !m.running.load(std::memory_order_acquire)) {
         return;
     }
     try {
@@ -414,12 +430,13 @@ void denial_notifier::submit(std::string_view job, std::string_view session,
         e.kind.assign(kind.substr(0, 128));
         e.mono_ms = mono_ms();
         e.wall_ms = wall_ms();
+        e.count = count;
         if (m.queue->try_push(e)) {
             return;
         }
     } catch (const std::bad_alloc&) {
     }
-    m.dropped.fetch_add(1, std::memory_order_relaxed);
+    m.dropped.fetch_add(count, std::memory_order_relaxed);
 }
 
 void denial_notifier::stop(milliseconds flush_deadline) {
@@ -428,6 +445,7 @@ void denial_notifier::stop(milliseconds flush_deadline) {
         return;
     }
     m.enabled.store(false);
+    m.running.store(false);
     if (!m.thread.joinable()) {
         return;
     }

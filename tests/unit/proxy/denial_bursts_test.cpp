@@ -263,6 +263,143 @@ TEST_CASE("denial_bursts: max per call, take_all, and bounded memory", "[denial_
     }
 }
 
+denial_event weighted(std::int64_t t, std::string session, std::uint64_t count,
+                      std::string target = "evil.example:443", std::string reason = "no_rule") {
+    denial_event e = ev(t, std::move(session), std::move(target), std::move(reason));
+    e.count = count;
+    return e;
+}
+
+TEST_CASE("denial_bursts: an event with a count stands for that many denials",
+          "[denial_bursts]") {
+    denial_bursts b(settings(60'000, 30, 3, 10'000));  // a burst: 3 within 10 s
+    SECTION("count reaching the threshold at once starts a burst, once") {
+        CHECK(b.add(weighted(0, "s-1", 5)));
+        CHECK_FALSE(b.add(weighted(1, "s-1", 50)));  // the same burst goes on
+        const auto due = b.take_due(60'000, 10);
+        REQUIRE(due.size() == 1);
+        CHECK(due[0].burst);
+        CHECK(due[0].denials == 55);
+        REQUIRE(due[0].reasons.size() == 1);
+        CHECK(due[0].reasons[0] == std::pair<std::string, std::uint64_t>{"no_rule", 55});
+        REQUIRE(due[0].top_targets.size() == 1);
+        CHECK(due[0].top_targets[0].count == 55);
+    }
+    SECTION("counts add up with single denials within the window") {
+        CHECK_FALSE(b.add(weighted(0, "s-1", 2)));
+        CHECK(b.add(ev(9000, "s-1")));  // 2 at 0 s + 1 at 9 s
+    }
+    SECTION("a count's denials all happen at the event's time: they age out together") {
+        CHECK(b.add(weighted(0, "s-1", 1000)));  // 3 entries of the ring at 0 s, not 1000
+        CHECK_FALSE(b.add(weighted(10'001, "s-1", 2)));  // ring 0, 10.001, 10.001: 10.001 s
+        CHECK(b.add(ev(10'002, "s-1")));                 // now 3 within 1 ms
+    }
+    SECTION("below the threshold is no burst, however the denials are spread") {
+        CHECK_FALSE(b.add(weighted(0, "s-1", 2)));
+        CHECK_FALSE(b.add(weighted(10'001, "s-1", 2)));  // ring 0, 10.001, 10.001
+        const auto due = b.take_due(60'000, 10);
+        REQUIRE(due.size() == 1);
+        CHECK_FALSE(due[0].burst);
+        CHECK(due[0].denials == 4);
+    }
+    SECTION("a full ring wrapped by a count: the oldest is still the right one") {
+        CHECK_FALSE(b.add(ev(0, "s-1")));
+        CHECK_FALSE(b.add(ev(5000, "s-1")));
+        CHECK_FALSE(b.add(ev(20'000, "s-1")));  // ring full: 0, 5, 20
+        CHECK_FALSE(b.add(ev(21'000, "s-1")));  // 21, 5, 20: 16 s apart
+        // 2 at 25 s overwrite 5 and 20, past the ring's end: 21, 25, 25 within 4 s.
+        CHECK(b.add(weighted(25'000, "s-1", 2)));
+    }
+    SECTION("count 0 is nothing") {
+        CHECK_FALSE(b.add(weighted(0, "s-1", 0)));
+        CHECK(b.tracked() == 0);
+        CHECK(b.open_windows() == 0);
+    }
+    SECTION("reasons and targets beyond the bounds fold with their counts") {
+        burst_settings s = settings();
+        s.max_targets = 1;
+        s.max_reasons = 1;
+        b.configure(s);
+        b.add(weighted(0, "s-1", 4, "a:443", "no_rule"));
+        b.add(weighted(1, "s-1", 6, "b:443", "port"));
+        b.add(weighted(2, "s-1", 3, "c:443", "sni_mismatch"));
+        const auto due = b.take_due(2000, 10);
+        REQUIRE(due.size() == 1);
+        CHECK(due[0].denials == 13);
+        REQUIRE(due[0].reasons.size() == 1);
+        CHECK(due[0].reasons[0] == std::pair<std::string, std::uint64_t>{"other", 13});
+        REQUIRE(due[0].top_targets.size() == 1);
+        CHECK(due[0].top_targets[0].count == 4);
+        CHECK(due[0].other_targets == 9);
+    }
+    SECTION("an untracked event counts all its denials as dropped") {
+        burst_settings s = settings(1000, 30, 3, 1000);
+        s.max_keys = 1;
+        b.configure(s);
+        b.add(ev(0, "s-1"));
+        b.add(weighted(1, "s-2", 7));
+        CHECK(b.untracked() == 7);
+        const auto due = b.take_due(1000, 10);
+        REQUIRE(due.size() == 1);
+        CHECK(due[0].dropped == 7);
+    }
+}
+
+TEST_CASE("denial_bursts: without windows (no webhook) only bursts are counted",
+          "[denial_bursts]") {
+    burst_settings s = settings(1000, 30, 3, 10'000);
+    s.windows = false;
+    denial_bursts b(s);
+    SECTION("bursts are detected; no window opens, nothing falls due") {
+        CHECK_FALSE(b.add(ev(0, "s-1")));
+        CHECK_FALSE(b.add(ev(1, "s-1")));
+        CHECK(b.add(ev(2, "s-1")));
+        CHECK_FALSE(b.add(ev(3, "s-1")));
+        CHECK(b.add(weighted(4, "s-2", 3)));
+        CHECK(b.open_windows() == 0);
+        CHECK(b.next_due() == -1);
+        CHECK(b.take_due(100'000, 10).empty());
+        CHECK(b.take_all(100'000, 10).empty());
+    }
+    SECTION("idle sessions are forgotten after burst_window") {
+        b.add(ev(0, "s-1"));
+        b.add(ev(0, "s-2"));
+        b.forget_idle(10'000);
+        CHECK(b.tracked() == 2);
+        b.forget_idle(10'001);
+        CHECK(b.tracked() == 0);
+    }
+    SECTION("drops are not kept for a later alert") {
+        b.count_dropped(5);
+        s.windows = true;
+        b.configure(s);
+        b.add(ev(0, "s-1"));
+        const auto due = b.take_due(1000, 10);
+        REQUIRE(due.size() == 1);
+        CHECK(due[0].dropped == 0);
+    }
+    SECTION("turning windows off discards open ones and keeps the burst going") {
+        s.windows = true;
+        b.configure(s);
+        b.add(ev(0, "s-1"));
+        b.add(ev(1, "s-1"));
+        b.count_dropped(4);
+        CHECK(b.open_windows() == 1);
+        s.windows = false;
+        b.configure(s);
+        CHECK(b.open_windows() == 0);
+        CHECK(b.add(ev(2, "s-1")));  // the history of 0 and 1 ms is kept
+        s.windows = true;
+        b.configure(s);
+        b.add(ev(3, "s-1"));
+        const auto due = b.take_due(1003, 10);
+        REQUIRE(due.size() == 1);
+        CHECK(due[0].denials == 1);
+        CHECK(due[0].dropped == 0);
+        CHECK(due[0].burst);
+    }
+}
+
 TEST_CASE("denial_event::bound cuts long fields", "[denial_bursts]") {
     denial_event e = ev(0, std::string(1000, 's'), std::string(1000, 't'));
     e.bound();

@@ -1,12 +1,19 @@
 // denial_notifier without a receiver: what it says when configured (the URL's origin, never
-// its path, query or header values), and that submit() is a no-op without a webhook.
+// its path, query or header values); that submit() is a no-op before configure(), and
+// that bursts are counted without a webhook, weighted by the count of an event.
 #include "proxy/webhook.hpp"  // first: the header must compile on its own
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -62,8 +69,9 @@ TEST_CASE("denial_notifier: says where alerts go without the URL's secrets", "[w
     CHECK(lines == 3);
 }
 
-TEST_CASE("denial_notifier: submit without a webhook is a no-op", "[webhook]") {
-    denial_notifier n({});
+TEST_CASE("denial_notifier: submit before configure() is a no-op", "[webhook]") {
+    std::atomic<int> bursts{0};
+    denial_notifier n({[&](const std::string&) { ++bursts; }, {}});
     for (int i = 0; i < 100; ++i) {
         n.submit("job", "s-1", "no_rule", "evil.example:443", "connect");
     }
@@ -71,6 +79,62 @@ TEST_CASE("denial_notifier: submit without a webhook is a no-op", "[webhook]") {
     CHECK(n.delivered() == 0);
     n.stop(std::chrono::milliseconds(0));
     n.submit("job", "s-1", "no_rule", "evil.example:443", "connect");  // after stop: still fine
+    CHECK(bursts == 0);
+}
+
+TEST_CASE("denial_notifier: bursts are counted without a webhook", "[webhook]") {
+    std::mutex mu;
+    std::vector<std::string> jobs;  // on_burst runs on the notifier's thread
+    auto burst_jobs = [&] {
+        std::lock_guard lock(mu);
+        return jobs;
+    };
+    denial_notifier n({[&](const std::string& job) {
+                           std::lock_guard lock(mu);
+                           jobs.push_back(job);
+                       },
+                       {}});
+    n.configure(std::nullopt);  // what the daemon does on a policy without alerts.webhook
+    CHECK_FALSE(n.enabled());
+    // Defaults: 10 denials of one session within 60 s. 9 are not a burst.
+    for (int i = 0; i < 9; ++i) {
+        n.submit("agent", "s-1", "no_rule", "evil.example:443", "connect");
+    }
+    n.submit("agent", "s-2", "no_rule", "evil.example:443", "connect", 0);  // nothing
+    n.submit("agent", "s-2", "no_rule", "evil.example:443", "connect", 9);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // > 5 ticks of 50 ms
+    CHECK(burst_jobs().empty());
+    n.submit("agent", "s-1", "no_rule", "evil.example:443", "connect");  // the 10th
+    n.submit("other", "s-3", "port", "exfil.test", "dns", 25);          // 25 at once
+    for (int i = 0; i < 20; ++i) {  // the burst of s-1 goes on: not counted again
+        n.submit("agent", "s-1", "no_rule", "evil.example:443", "connect");
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (burst_jobs().size() < 2 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // nothing more comes
+    auto got = burst_jobs();
+    std::sort(got.begin(), got.end());
+    CHECK(got == std::vector<std::string>{"agent", "other"});
+    CHECK(n.dropped() == 0);
+    CHECK(n.delivered() == 0);
+    n.stop(std::chrono::milliseconds(0));
+}
+
+TEST_CASE("denial_notifier: a full queue drops the event's whole count", "[webhook]") {
+    denial_notifier n({});
+    n.configure(std::nullopt);
+    // The thread drains every 50 ms; a queue's worth plus more in one go overflows it.
+    for (std::size_t i = 0; i < 2 * denial_notifier::queue_capacity; ++i) {
+        n.submit("job", "s-1", "no_rule", "evil.example:443", "connect", 3);
+    }
+    if (n.dropped() == 0) {
+        WARN("the notifier kept up with the flood: no drop to check");
+    }
+    CHECK(n.dropped() % 3 == 0);  // whole events: 3 denials each
+    CHECK(n.dropped() <= 3 * 2 * denial_notifier::queue_capacity);
+    n.stop(std::chrono::milliseconds(0));
 }
 
 }  // namespace
