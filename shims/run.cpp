@@ -10,21 +10,19 @@
 #include <boost/json.hpp>
 
 #include <cerrno>
-#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <mutex>
-#include <thread>
 
+#include "shims/admin_answers.hpp"
 #include "shims/cgroup.hpp"
 #include "shims/env.hpp"
+#include "shims/event_poster.hpp"
 #include "shims/follow.hpp"
 #include "shims/hooks.hpp"
 #include "shims/relay.hpp"
@@ -83,173 +81,7 @@ std::optional<json::object> call_json(admin_port& a, std::string_view method,
     return std::move(v.as_object());
 }
 
-// "127.0.0.1:3128", "[::1]:53" -> host, port. Wildcards become loopback.
-std::optional<relay_target> host_port(std::string_view s) {
-    relay_target t;
-    std::string_view port;
-    if (s.starts_with('[')) {
-        const auto close = s.find(']');
-        if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
-            return std::nullopt;
-        }
-        t.host.assign(s.substr(1, close - 1));
-        port = s.substr(close + 2);
-    } else {
-        const auto colon = s.rfind(':');
-        if (colon == std::string_view::npos) {
-            return std::nullopt;
-        }
-        t.host.assign(s.substr(0, colon));
-        port = s.substr(colon + 1);
-    }
-    int p = 0;
-    for (const char c : port) {
-        if (c < '0' || c > '9' || p > 65535) {
-            return std::nullopt;
-        }
-        p = p * 10 + (c - '0');
-    }
-    if (p <= 0 || p > 65535 || t.host.empty()) {
-        return std::nullopt;
-    }
-    t.port = static_cast<std::uint16_t>(p);
-    if (t.host == "0.0.0.0") {
-        t.host = "127.0.0.1";
-    } else if (t.host == "::") {
-        t.host = "::1";
-    }
-    return t;
-}
 
-// Posts the shim's audit events from a thread of its own: the io thread never waits for
-// the admin API. Bounded queue; drained (within a deadline) before the session ends.
-// The thread starts with start(), after the sandbox is cloned (clone needs a single-threaded
-// process); events posted before wait in the queue.
-class event_poster {
-public:
-    event_poster(admin_port& a, std::string session) : admin_(a), session_(std::move(session)) {}
-    ~event_poster() { stop(std::chrono::seconds(5)); }
-
-    void start() {
-        if (!thread_.joinable() && !stopping_) {
-            thread_ = std::thread([this] { loop(); });
-        }
-    }
-
-    void post(json::object body) {
-        const std::lock_guard lock(mutex_);
-        if (queue_.size() >= 4096) {
-            ++dropped_;
-            return;
-        }
-        queue_.push_back(json::serialize(body));
-        cv_.notify_one();
-    }
-
-    void stop(std::chrono::milliseconds drain) {
-        start();  // drains what was queued before the sandbox started
-        {
-            std::unique_lock lock(mutex_);
-            if (!thread_.joinable()) {
-                return;
-            }
-            cv_.wait_for(lock, drain, [this] { return queue_.empty() && !busy_; });
-            stopping_ = true;
-            queue_.clear();
-            cv_.notify_all();
-        }
-        thread_.join();
-        if (dropped_ > 0) {
-            std::cerr << "cordon run: " << dropped_ << " scratch-write events not audited "
-                      << "(queue full)\n";
-        }
-    }
-
-private:
-    void loop() {
-        const std::string path = "/v1/sessions/" + session_ + "/events";
-        for (;;) {
-            std::string body;
-            {
-                std::unique_lock lock(mutex_);
-                busy_ = false;
-                cv_.notify_all();
-                cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-                if (stopping_) {
-                    return;
-                }
-                body = std::move(queue_.front());
-                queue_.pop_front();
-                busy_ = true;
-            }
-            try {
-                const admin_reply r = admin_.call("POST", path, body);
-                if (r.status != 202) {
-                    std::cerr << "cordon run: audit event refused: " << r.status << ' '
-                              << r.body << '\n';
-                }
-            } catch (const std::exception& e) {
-                std::cerr << "cordon run: audit event not sent: " << e.what() << '\n';
-            }
-        }
-    }
-
-    admin_port& admin_;
-    std::string session_;
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::deque<std::string> queue_;
-    bool busy_ = false;
-    bool stopping_ = false;
-    std::size_t dropped_ = 0;
-    std::thread thread_;
-};
-
-struct job_card {
-    std::string scratch;
-    std::vector<std::string> never_write;
-    bool landlock_required = true;
-    std::vector<env_request> env;
-    std::string mint;
-    std::string mint_env;
-    std::string mint_file;
-    std::string revoke;
-};
-
-std::optional<job_card> parse_card(const json::object& o, std::string& err) {
-    job_card c;
-    const auto* fs = o.if_contains("filesystem");
-    const auto* env = o.if_contains("env");
-    const auto* id = o.if_contains("identity");
-    if (fs == nullptr || !fs->is_object() || env == nullptr || !env->is_array() ||
-        id == nullptr || !id->is_object()) {
-        err = "the admin API's job card lacks filesystem, env or identity";
-        return std::nullopt;
-    }
-    c.scratch = str(fs->as_object(), "scratch");
-    if (const auto* nw = fs->as_object().if_contains("never_write"); nw && nw->is_array()) {
-        for (const auto& p : nw->as_array()) {
-            if (p.is_string()) {
-                c.never_write.emplace_back(p.as_string());
-            }
-        }
-    }
-    c.landlock_required = str(fs->as_object(), "landlock") != "optional";
-    for (const auto& e : env->as_array()) {
-        if (e.is_object()) {
-            const auto* a = e.as_object().if_contains("allow_long_lived");
-            c.env.push_back({str(e.as_object(), "name"), a != nullptr && a->is_bool() &&
-                                                              a->as_bool()});
-        }
-    }
-    if (const auto* m = id->as_object().if_contains("mint"); m && m->is_object()) {
-        c.mint = str(m->as_object(), "command");
-        c.mint_env = str(m->as_object(), "env");
-        c.mint_file = str(m->as_object(), "file");
-    }
-    c.revoke = str(id->as_object(), "revoke");
-    return c;
-}
 
 std::map<std::string, std::string, std::less<>> host_environment() {
     std::map<std::string, std::string, std::less<>> m;
@@ -308,7 +140,7 @@ int run(const run_options& o, admin_port& admin) {
         say(o, "cannot read job " + o.job + ": " + err);
         return 1;
     }
-    const auto card = parse_card(*card_json, err);
+    const auto card = parse_job_card(json::serialize(*card_json), err);
     if (!card) {
         say(o, err);
         return 1;
@@ -327,14 +159,14 @@ int run(const run_options& o, admin_port& admin) {
     }
     std::optional<relay_target> dns;
     if (o.dns) {
-        dns = host_port(*o.dns);
+        dns = parse_host_port(*o.dns);
         if (!dns) {
             say(o, "--dns: expected HOST:PORT, got '" + *o.dns + "'");
             return 2;
         }
     } else if (const auto* l = status->if_contains("listen"); l && l->is_object()) {
         if (const std::string d = str(l->as_object(), "dns"); !d.empty()) {
-            dns = host_port(d);
+            dns = parse_host_port(d);
         }
     }
     if (!dns) {
@@ -398,7 +230,7 @@ int run(const run_options& o, admin_port& admin) {
     const std::string expires = str(*session, "expires_at");
     const std::string purl = str(*session, "proxy_url");
     const auto at = purl.rfind('@');
-    const auto proxy = host_port(at == std::string::npos ? "" : purl.substr(at + 1));
+    const auto proxy = parse_host_port(at == std::string::npos ? "" : purl.substr(at + 1));
     event_poster poster(admin, id);
     bool minted = false;
     std::string credential;
@@ -406,11 +238,11 @@ int run(const run_options& o, admin_port& admin) {
         if (minted && !card->revoke.empty()) {
             const hook_result h = run_hook(card->revoke, hook_env(id, o.job, expires, when),
                                            credential, hook_timeout);
-            poster.post(json::object{{"event", "identity.revoke"},
+            poster.post(json::serialize(json::object{{"event", "identity.revoke"},
                                      {"ok", h.ok()},
                                      {"exit_code", h.exit_code},
                                      {"duration_ms", h.duration.count()},
-                                     {"when", when}});
+                                     {"when", when}}));
             if (!h.ok()) {
                 say(o, "identity.revoke failed (exit " + std::to_string(h.exit_code) +
                            (h.timed_out ? ", timed out" : "") + ")");
@@ -446,12 +278,12 @@ int run(const run_options& o, admin_port& admin) {
                 ? "env:" + (card->mint_env.empty() ? std::string("CORDON_IDENTITY")
                                                    : card->mint_env)
                 : "file:" + card->scratch + "/" + card->mint_file;
-        poster.post(json::object{{"event", "identity.mint"},
+        poster.post(json::serialize(json::object{{"event", "identity.mint"},
                                  {"ok", h.ok()},
                                  {"exit_code", h.exit_code},
                                  {"duration_ms", h.duration.count()},
                                  {"bytes", h.output.size()},
-                                 {"to", to}});
+                                 {"to", to}}));
         if (!h.ok()) {
             say(o, "identity.mint failed (exit " + std::to_string(h.exit_code) +
                        (h.timed_out ? ", timed out" : "") +
@@ -516,8 +348,8 @@ int run(const run_options& o, admin_port& admin) {
     if (!card->scratch.empty()) {
         start_scratch_watch(ioc, "/proc/" + std::to_string(sb->init) + "/root" + card->scratch,
                             card->scratch, [&poster](std::string path, std::uint64_t size) {
-                                poster.post(json::object{
-                                    {"event", "file.write"}, {"path", path}, {"size", size}});
+                                poster.post(json::serialize(json::object{
+                                    {"event", "file.write"}, {"path", path}, {"size", size}}));
                             });
     }
 

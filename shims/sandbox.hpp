@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "shims/confine.hpp"
+
 namespace cordon::shim {
 
 struct sandbox_spec {
@@ -55,18 +57,6 @@ struct sandbox {
 /// Lets the command start (the sandbox waits for this after handing over its listeners,
 /// so the caller can watch scratch first). Closes `control`.
 bool release_sandbox(sandbox& s);
-
-/// Whether to run and with what, given the kernel's Landlock ABI (0: none) and the job's
-/// `filesystem.landlock`. Pure.
-struct landlock_plan {
-    bool run = false;
-    bool use_landlock = false;
-    std::string message;  ///< the refusal when !run, else a warning ("" when none)
-};
-landlock_plan plan_landlock(int abi, bool required);
-
-/// The Landlock ABI version the kernel offers, 0 without Landlock.
-int landlock_abi();
 
 /// Starts the sandbox. Must be called while the process is single-threaded (it forks with
 /// raw clone). On failure returns nullopt and sets `error`; nothing is left running.
