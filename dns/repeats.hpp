@@ -13,7 +13,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <algorithm>
 #include <vector>
 
 #include "config/ip.hpp"
@@ -63,7 +63,7 @@ public:
             }
         }
         entries_.clear();
-        index_.clear();
+        std::fill(slots_.begin(), slots_.end(), slot{});
     }
 
     /// Kinds tracked in the current window.
@@ -75,10 +75,14 @@ private:
     std::size_t max_entries_;
     clock::time_point window_start_{};
     std::vector<entry> entries_;
-    // Hash of a kind -> its index in entries_. A hash shared by two different
-    // kinds leaves the second untracked (written every time): correct, only not
-    // coalesced.
-    std::unordered_map<std::uint64_t, std::uint32_t> index_;
+    // Open addressing (linear probing, at most half full): hash of a kind -> 1 + its index
+    // in entries_ (0: free). A hash shared by two different kinds leaves the second
+    // untracked (written every time): correct, only not coalesced.
+    struct slot {
+        std::uint64_t hash = 0;
+        std::uint32_t index = 0;
+    };
+    std::vector<slot> slots_;
 };
 
 // ---- implementation (header-only: small, and on the hot path of every query)
@@ -122,7 +126,14 @@ inline bool same(const repeat_filter::entry& e, const config::ip_address& client
 }  // namespace repeats_detail
 
 inline repeat_filter::repeat_filter(clock::duration window, std::size_t max_entries)
-    : window_(window), max_entries_(max_entries) {}
+    : window_(window), max_entries_(max_entries) {
+    std::size_t n = 16;
+    while (n < 2 * max_entries_) {
+        n *= 2;
+    }
+    slots_.resize(n);
+    entries_.reserve(std::min<std::size_t>(max_entries_, 1024));
+}
 
 inline bool repeat_filter::admit(const config::ip_address& client, const question& q,
                                  const verdict& v, rcode rc, bool cached, clock::time_point now) {
@@ -130,8 +141,13 @@ inline bool repeat_filter::admit(const config::ip_address& client, const questio
         return true;  // coalescing off
     }
     const std::uint64_t h = repeats_detail::hash_of(client, q, v, rc, cached);
-    if (const auto it = index_.find(h); it != index_.end()) {
-        entry& e = entries_[it->second];
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t i = static_cast<std::size_t>(h ^ (h >> 29)) & mask;
+    for (; slots_[i].index != 0; i = (i + 1) & mask) {
+        if (slots_[i].hash != h) {
+            continue;
+        }
+        entry& e = entries_[slots_[i].index - 1];
         if (!repeats_detail::same(e, client, q, v, rc, cached)) {
             return true;  // another kind with the same hash: not tracked
         }
@@ -144,8 +160,8 @@ inline bool repeat_filter::admit(const config::ip_address& client, const questio
     if (entries_.empty()) {
         window_start_ = now;
     }
-    index_.emplace(h, static_cast<std::uint32_t>(entries_.size()));
     entries_.push_back(entry{client, q, v, rc, cached, 0});
+    slots_[i] = slot{h, static_cast<std::uint32_t>(entries_.size())};
     return true;
 }
 

@@ -169,13 +169,14 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             initiation, net::use_awaitable);
     }
 
-    // Counts every answered query and writes its audit line, unless it repeats one already
-    // written in this window (then the window's end writes one line with the count).
+    // Counts an answered query and writes its audit line, unless it repeats one already
+    // written in this window: then the filter counts it, and the window's end writes one
+    // line with the count and hands the count to the metrics and denial observers.
     void note(const config::ip_address& client, const question& q, const verdict& v, rcode rc,
               bool cached, steady::time_point now = steady::now()) {
-        hook.count(client, q, v);
         flush_repeats(now, false);
         if (repeats.admit(client, q, v, rc, cached, now)) {
+            hook.count(client, q, v, 1);
             hook.audit(client, q, v, rc, cached, 0);
         }
     }
@@ -184,6 +185,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         repeats.expire(
             now,
             [this](const repeat_filter::entry& e) {
+                hook.count(e.client, e.q, e.v, e.repeats);
                 hook.audit(e.client, e.q, e.v, e.rc, e.cached, e.repeats);
             },
             force);

@@ -38,9 +38,11 @@ public:
     /// Attribution (sources, the EDNS session option from loopback, dns.default_job) and
     /// the allow decision (kill switch, killed session, the job's names).
     virtual verdict decide(const config::ip_address& client, const query& q) = 0;
-    /// Every answered query, as it goes out: count it (metrics, denial observers).
-    virtual void count(const config::ip_address& client, const question& q,
-                       const verdict& v) = 0;
+    /// Answered queries: count them (metrics, denial observers). `n` is 1 for a query counted
+    /// as it goes out, or the number of repeats of a coalesced line (counted when the line is
+    /// written, at most a window later: see dns/repeats.hpp).
+    virtual void count(const config::ip_address& client, const question& q, const verdict& v,
+                       std::uint64_t n) = 0;
     /// An audit line: one query, or (repeats > 0) `repeats` queries identical to one already
     /// written, asked since it was (the server coalesces floods, see dns/repeats.hpp).
     virtual void audit(const config::ip_address& client, const question& q, const verdict& v,

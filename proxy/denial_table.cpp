@@ -98,7 +98,7 @@ denial_table::job_slot* denial_table::find_or_add(std::string_view job) {
 }
 
 void denial_table::record(std::string_view job, std::string_view target, std::string_view reason,
-                          std::string_view kind, time_point now) {
+                          std::string_view kind, time_point now, std::uint64_t n) {
     job_slot* slot = find_or_add(job.empty() ? unattributed_job : job);
     if (slot == nullptr) {
         ++dropped_;
@@ -108,7 +108,7 @@ void denial_table::record(std::string_view job, std::string_view target, std::st
     const std::size_t r = deny_reason_label(reason);
     const std::uint8_t k = kind_bit(kind);
     std::lock_guard lock(slot->mu);
-    ++slot->total;
+    slot->total += n;
     auto& es = slot->entries;
     entry* hit = nullptr;
     for (auto& e : es) {
@@ -133,7 +133,7 @@ void denial_table::record(std::string_view job, std::string_view target, std::st
         hit->kinds = 0;
         hit->first_seen = now;
     }
-    ++hit->count;
+    hit->count += n;
     hit->reasons |= 1U << r;
     hit->last_reason = r;
     hit->kinds |= k;

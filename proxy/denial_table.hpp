@@ -66,9 +66,10 @@ public:
     denial_table& operator=(const denial_table&) = delete;
     ~denial_table();
 
-    /// One denial. `kind` is "connect", "http" or "dns".
+    /// `n` identical denials (one, or repeats the DNS server reports at once). `kind` is
+    /// "connect", "http" or "dns".
     void record(std::string_view job, std::string_view target, std::string_view reason,
-                std::string_view kind, time_point now);
+                std::string_view kind, time_point now, std::uint64_t n = 1);
 
     /// The jobs (all, or only `job`) with their top `n` targets, jobs in name order. A job
     /// not seen yet is absent.

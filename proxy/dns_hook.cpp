@@ -105,11 +105,12 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
     return v;
 }
 
-void dns_hook::count(const config::ip_address&, const dns::question& q, const dns::verdict& v) {
+void dns_hook::count(const config::ip_address&, const dns::question& q, const dns::verdict& v,
+                     std::uint64_t n) {
     if (!v.allow) {
-        rt_.denied(denial{v.job, v.session, v.reason, q.name, "dns"});
+        rt_.denied(denial{v.job, v.session, v.reason, q.name, "dns", n});
     }
-    rt_.stats.count_dns(v.job, v.allow);
+    rt_.stats.count_dns(v.job, v.allow, n);
 }
 
 void dns_hook::audit(const config::ip_address& client, const dns::question& q,

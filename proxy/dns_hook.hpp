@@ -13,8 +13,8 @@ class dns_hook final : public dns::policy_hook {
 public:
     explicit dns_hook(runtime& rt) : rt_(rt) {}
     dns::verdict decide(const config::ip_address& client, const dns::query& q) override;
-    void count(const config::ip_address& client, const dns::question& q,
-               const dns::verdict& v) override;
+    void count(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
+               std::uint64_t n) override;
     void audit(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
                dns::rcode rc, bool cached, std::uint64_t repeats) override;
     void rate_limited(const config::ip_address& client) override;

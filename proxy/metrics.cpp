@@ -265,11 +265,11 @@ job_metrics& metrics::job(std::string_view name) {
 }
 
 void metrics::count_denied(std::string_view job_name, std::string_view reason,
-                           bool proxy_request) {
+                           bool proxy_request, std::uint64_t n) {
     job_metrics& j = job(job_name);
-    j.denied_by_reason_[deny_reason_label(reason)]->Increment();
+    j.denied_by_reason_[deny_reason_label(reason)]->Increment(static_cast<double>(n));
     if (proxy_request) {
-        j.denied_->Increment();
+        j.denied_->Increment(static_cast<double>(n));
     }
 }
 
@@ -300,9 +300,9 @@ void metrics::set_audit_write_errors(std::uint64_t total) {
     impl_->audit_write_errors.Increment(static_cast<double>(delta));
 }
 
-void metrics::count_dns(const std::string& job_name, bool allowed) {
+void metrics::count_dns(const std::string& job_name, bool allowed, std::uint64_t n) {
     job_metrics& j = job(job_name);
-    (allowed ? j.dns_allowed_ : j.dns_denied_)->Increment();
+    (allowed ? j.dns_allowed_ : j.dns_denied_)->Increment(static_cast<double>(n));
 }
 
 void metrics::count_dns_rate_limited() { impl_->dns_rate_limited.Increment(); }

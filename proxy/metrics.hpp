@@ -66,8 +66,9 @@ public:
 
     /// A denied attempt: cordon_denied_total{job,reason}, and for proxy requests (not DNS)
     /// cordon_connections_total{job,decision="denied"}. Reasons outside the fixed set count
-    /// as "other".
-    void count_denied(std::string_view job, std::string_view reason, bool proxy_request);
+    /// as "other". `n`: that many identical denials (the DNS server reports repeats at once).
+    void count_denied(std::string_view job, std::string_view reason, bool proxy_request,
+                      std::uint64_t n = 1);
     /// A burst of denials of one session of `job`, as the alert webhook coalesces them.
     void count_denial_burst(const std::string& job);
     /// Time from the first connect() to an upstream connected, in seconds.
@@ -82,8 +83,8 @@ public:
     void set_audit_write_errors(std::uint64_t total);
 
     void set_kill_switch_engaged(bool engaged);
-    /// A DNS query answered (allowed) or refused (denied), by job ("" when unattributed).
-    void count_dns(const std::string& job, bool allowed);
+    /// `n` DNS queries answered (allowed) or refused (denied), by job ("" when unattributed).
+    void count_dns(const std::string& job, bool allowed, std::uint64_t n = 1);
     void count_dns_rate_limited();
     void count_kill(kill_scope scope, double seconds);
 

@@ -58,8 +58,8 @@ bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_
 
 void runtime::denied(const denial& d) {
     // Observers (metrics, the denial table, the webhook) join here.
-    stats.count_denied(d.job, d.reason, d.kind != "dns");
-    denials.record(d.job, d.target, d.reason, d.kind, now());
+    stats.count_denied(d.job, d.reason, d.kind != "dns", d.count);
+    denials.record(d.job, d.target, d.reason, d.kind, now(), d.count);
     if (notifier) {
         notifier->submit(d.job, d.session, d.reason, d.target, d.kind);
     }

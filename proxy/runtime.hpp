@@ -90,6 +90,7 @@ struct denial {
     std::string_view reason;   ///< a deny reason name (config::to_string(deny_reason))
     std::string_view target;   ///< "host:port" for the proxy, the name for DNS
     std::string_view kind;     ///< "connect", "http" or "dns"
+    std::uint64_t count = 1;   ///< identical attempts (the DNS server reports repeats at once)
 };
 
 /// What a kill call did, measured inside cordon.

@@ -164,3 +164,17 @@ TEST_CASE("denial_table: concurrent records lose nothing", "[denial_table]") {
         CHECK(sum == 10000);
     }
 }
+
+TEST_CASE("denial_table: weighted records count as that many denials", "[denial_table]") {
+    denial_table t;
+    t.record("web", "evil.example", "no_rule", "dns", t0);
+    t.record("web", "evil.example", "no_rule", "dns", t0 + 1s, 99);  // a second of repeats
+    t.record("web", "other.example", "no_rule", "dns", t0 + 1s, 5);
+    const auto all = t.snapshot("web");
+    REQUIRE(all.size() == 1);
+    CHECK(all[0].total == 105);
+    REQUIRE(all[0].top.size() == 2);
+    CHECK(all[0].top[0].target == "evil.example");
+    CHECK(all[0].top[0].count == 100);
+    CHECK(all[0].top[1].count == 5);
+}

@@ -48,6 +48,12 @@ TEST_CASE("metrics: job series exist at zero, count by job and bounded reason", 
     CHECK(has_line(t, R"m(cordon_upstream_connect_seconds_bucket{le="+Inf"} 2)m"));
     CHECK(has_line(t, "cordon_upstream_connect_seconds_count 2"));
     CHECK(t.find("made-up-reason") == std::string::npos);
+    // Weighted: the DNS server reports a second of identical repeats at once.
+    m.count_denied("web", "no_rule", false, 41);
+    m.count_dns("web", false, 7);
+    t = m.render();
+    CHECK(has_line(t, R"m(cordon_denied_total{job="web",reason="no_rule"} 42)m"));
+    CHECK(has_line(t, R"m(cordon_dns_queries_total{decision="denied",job="web"} 7)m"));
     const auto tunnels = m.active_tunnels_by_job();
     REQUIRE(tunnels.size() == 1);
     CHECK(tunnels[0] == std::pair<std::string, std::int64_t>{"web", 1});
