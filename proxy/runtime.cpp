@@ -61,7 +61,7 @@ void runtime::denied(const denial& d) {
     stats.count_denied(d.job, d.reason, d.kind != "dns", d.count);
     denials.record(d.job, d.target, d.reason, d.kind, now(), d.count);
     if (notifier) {
-        notifier->submit(d.job, d.session, d.reason, d.target, d.kind);
+        notifier->submit(d.job, d.session, d.reason, d.target, d.kind, d.count);
     }
 }
 
