@@ -345,8 +345,10 @@ class CoalescingTest(WebhookCase):
         s1 = cordon.create_session("web")
         s2 = cordon.create_session("web")
         deny_connect(cordon, s1, "evil.test:443")
+        # Two names: identical DNS queries are counted once a second (docs/dns.md), which
+        # could put the second one in the next alert window.
         deny_dns(cordon, s2, "exfil.test")
-        deny_dns(cordon, s2, "exfil.test")
+        deny_dns(cordon, s2, "other.exfil.test")
         posts = rec.wait(2, 5)
         time.sleep(1.2)
         posts = rec.snapshot()
@@ -355,8 +357,9 @@ class CoalescingTest(WebhookCase):
         self.assertEqual(set(by_session), {s1["id"], s2["id"]})
         d = by_session[s2["id"]]
         self.assertEqual(d["cordon"]["denials"], 2)
-        self.assertEqual(d["cordon"]["top_targets"][0]["kind"], "dns")
-        self.assertEqual(d["cordon"]["top_targets"][0]["target"], "exfil.test")
+        self.assertEqual({t["kind"] for t in d["cordon"]["top_targets"]}, {"dns"})
+        self.assertEqual({t["target"] for t in d["cordon"]["top_targets"]},
+                         {"exfil.test", "other.exfil.test"})
         self.assertEqual(d["alerts"][0]["labels"]["severity"], "warning")
         self.assertFalse(d["cordon"]["burst"])
         self.assertEqual(by_session[s1["id"]]["cordon"]["denials"], 1)
