@@ -63,9 +63,13 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "proxy/basic_auth.hpp"
 
 namespace {
+
+using cordon::bench::arg;
+
 
 using steady = std::chrono::steady_clock;
 const auto deadline = steady::now() + std::chrono::seconds(120);
@@ -87,6 +91,14 @@ void stop_sink() {
 
 [[noreturn]] void die(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
+sockaddr_in addr_of(const std::string& hostport) {
+    const auto a = cordon::bench::addr_of(hostport);
+    if (!a) {
+        fail("expected IPv4 HOST:PORT, got " + hostport);
+    }
+    return *a;
+}
+
 void check_deadline(const char* phase) {
     if (steady::now() > deadline) {
         fail(std::string("over the 120 s deadline while ") + phase);
@@ -97,19 +109,6 @@ double ms_since(steady::time_point t0, steady::time_point t) {
     return std::chrono::duration<double, std::milli>(t - t0).count();
 }
 
-sockaddr_in addr_of(const std::string& hostport) {
-    const auto colon = hostport.rfind(':');
-    if (colon == std::string::npos) {
-        fail("expected HOST:PORT, got " + hostport);
-    }
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(hostport.substr(colon + 1))));
-    if (inet_pton(AF_INET, hostport.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-        fail("not an IPv4 address: " + hostport);
-    }
-    return a;
-}
 
 void set_nodelay(int fd) {
     const int one = 1;
@@ -837,14 +836,6 @@ int bench::run() {
     return ok ? 0 : 1;
 }
 
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def = "") {
-    for (int i = 1; i + 1 < argc; ++i) {
-        if (argv[i] == name) {
-            return argv[i + 1];
-        }
-    }
-    return def;
-}
 
 }  // namespace
 
@@ -876,10 +867,7 @@ int main(int argc, char** argv) {
     o.pumping = std::min(o.pumping, o.tunnels);
     o.others_pumping = std::min(o.others_pumping, o.others);
 
-    rlimit rl{};
-    ::getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+    cordon::bench::raise_fd_limit();
     ::signal(SIGPIPE, SIG_IGN);
 
     const int lfd = listen_on(o.sink_port);

@@ -33,9 +33,21 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "proxy/basic_auth.hpp"
 
 namespace {
+
+using cordon::bench::arg;
+
+sockaddr_in addr_of(const std::string& hostport) {
+    const auto a = cordon::bench::addr_of(hostport);
+    if (!a) {
+        std::fprintf(stderr, "setup_bench: bad address %s\n", hostport.c_str());
+        std::exit(2);
+    }
+    return *a;
+}
 
 using steady = std::chrono::steady_clock;
 constexpr char request[] = "hello!!\n";
@@ -47,27 +59,7 @@ constexpr std::size_t msg_len = 8;
     std::exit(1);
 }
 
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def = "") {
-    for (int i = 2; i + 1 < argc; ++i) {
-        if (argv[i] == name) {
-            return argv[i + 1];
-        }
-    }
-    return def;
-}
 
-sockaddr_in addr_of(const std::string& hostport) {
-    const auto colon = hostport.rfind(':');
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(hostport.substr(colon + 1))));
-    if (colon == std::string::npos ||
-        inet_pton(AF_INET, hostport.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-        std::fprintf(stderr, "setup_bench: bad address %s\n", hostport.c_str());
-        std::exit(2);
-    }
-    return a;
-}
 
 // The sink: accepts, answers the reply once it has the request's 8 bytes, closes on EOF.
 void run_sink(int lfd, const std::atomic<bool>& stop) {
@@ -135,10 +127,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: setup_bench setup|deny [options] (see source)\n");
         return 2;
     }
-    rlimit rl{};
-    ::getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+    cordon::bench::raise_fd_limit();
 
     const std::string mode = argv[1];
     if (mode != "setup" && mode != "deny") {

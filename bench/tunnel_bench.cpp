@@ -29,9 +29,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "proxy/basic_auth.hpp"
 
 namespace {
+
+using cordon::bench::arg;
+
 
 using steady = std::chrono::steady_clock;
 const auto deadline = steady::now() + std::chrono::seconds(120);
@@ -41,6 +45,14 @@ const auto deadline = steady::now() + std::chrono::seconds(120);
     std::exit(1);
 }
 
+sockaddr_in addr_of(const std::string& hostport) {
+    const auto a = cordon::bench::addr_of(hostport);
+    if (!a) {
+        die("bad address " + hostport);
+    }
+    return *a;
+}
+
 void check_deadline() {
     if (steady::now() > deadline) {
         std::fprintf(stderr, "tunnel_bench: over the 120 s deadline\n");
@@ -48,16 +60,6 @@ void check_deadline() {
     }
 }
 
-sockaddr_in addr_of(const std::string& hostport) {
-    const auto colon = hostport.rfind(':');
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(hostport.substr(colon + 1))));
-    if (inet_pton(AF_INET, hostport.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-        die("bad address " + hostport);
-    }
-    return a;
-}
 
 int connect_to(const sockaddr_in& a) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -188,14 +190,6 @@ long rss_kib(int pid) {
     return -1;
 }
 
-std::string arg(int argc, char** argv, const std::string& name, const std::string& def = "") {
-    for (int i = 2; i + 1 < argc; ++i) {
-        if (argv[i] == name) {
-            return argv[i + 1];
-        }
-    }
-    return def;
-}
 
 }  // namespace
 
@@ -204,10 +198,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: tunnel_bench throughput|idle [options] (see source)\n");
         return 2;
     }
-    rlimit rl{};
-    ::getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
+    cordon::bench::raise_fd_limit();
 
     const std::string mode = argv[1];
     const std::string proxy = arg(argc, argv, "--proxy");
