@@ -15,7 +15,7 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 9> verbs{{
+constexpr std::array<verb, 10> verbs{{
     {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
@@ -27,6 +27,8 @@ constexpr std::array<verb, 9> verbs{{
     {"audit", "audit timeline SESSION: one session's events, for a post-mortem",
      cordon::cli::audit},
     {"run", "run a command sandboxed as a new session of a job (the shim)", cordon::cli::run},
+    {"firewall", "nftables rules: sandboxes reach only cordon (--kill: nothing)",
+     cordon::cli::firewall},
 }};
 
 void print_usage(std::ostream& out) {

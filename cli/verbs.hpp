@@ -19,6 +19,7 @@ int revive(args a);
 int token(args a);
 int audit(args a);
 int run(args a);
+int firewall(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

@@ -1,0 +1,205 @@
+#include "shims/firewall.hpp"
+
+#include <catch2/catch.hpp>
+
+using cordon::shim::add_sandbox_cidr;
+using cordon::shim::firewall_spec;
+using cordon::shim::make_firewall;
+using cordon::shim::parse_cgroup_path;
+
+namespace {
+
+cordon::config::endpoint ep(std::string_view text) {
+    auto r = cordon::config::parse_endpoint(text);
+    REQUIRE(r.value);
+    return *r.value;
+}
+
+bool has(const std::string& text, std::string_view line) {
+    return text.find(line) != std::string::npos;
+}
+
+/// The body of chain `name` (between its "{" line and its closing tab-brace).
+std::string chain(const std::string& text, std::string_view name) {
+    const std::string head = "\tchain " + std::string(name) + " {\n";
+    const auto b = text.find(head);
+    if (b == std::string::npos) {
+        return "";
+    }
+    const auto e = text.find("\n\t}\n", b);
+    return text.substr(b + head.size(), e - b - head.size());
+}
+
+firewall_spec base() {
+    firewall_spec s;
+    REQUIRE(add_sandbox_cidr("172.30.0.0/24", s.sandbox_cidrs).empty());
+    REQUIRE(add_sandbox_cidr("fd00:c0::/64", s.sandbox_cidrs).empty());
+    s.proxy = ep("172.30.0.2:3128");
+    s.dns = ep("172.30.0.2:53");
+    s.source = "policy.yaml";
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("firewall: sandbox networks reach only the proxy and DNS", "[shim][firewall]") {
+    const auto r = make_firewall(base());
+    REQUIRE(r.ok());
+    const std::string& t = r.ruleset;
+    // One transaction that replaces the table whether or not it exists.
+    CHECK(has(t, "table inet cordon\ndelete table inet cordon\ntable inet cordon {\n"));
+    CHECK(has(t, "type ipv4_addr\n\t\tflags interval\n\t\telements = { 172.30.0.0/24 }"));
+    CHECK(has(t, "type ipv6_addr\n\t\tflags interval\n\t\telements = { fd00:c0::/64 }"));
+
+    const std::string to_cordon = chain(t, "sandbox_to_cordon");
+    CHECK(to_cordon ==
+          "\t\tip daddr 172.30.0.2 tcp dport 3128 accept comment \"cordon proxy\"\n"
+          "\t\tip daddr 172.30.0.2 udp dport 53 accept comment \"cordon dns\"\n"
+          "\t\tip daddr 172.30.0.2 tcp dport 53 accept comment \"cordon dns\"\n"
+          "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n"
+          "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n"
+          "\t\tjump refuse");
+    // cordon's address is in the sandbox network: its replies (conntrack) pass, first.
+    const std::string replies =
+        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 3128 accept comment \"cordon's "
+        "replies\"\n"
+        "\t\tct direction reply ip saddr 172.30.0.2 udp sport 53 accept comment \"cordon's "
+        "replies\"\n"
+        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 53 accept comment \"cordon's "
+        "replies\"\n";
+    const std::string jumps = "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"
+                              "\t\tip6 saddr @sandbox_v6 jump sandbox_to_cordon";
+    CHECK(chain(t, "input") ==
+          "\t\ttype filter hook input priority filter; policy accept;\n\t\tiif \"lo\" accept\n" +
+              replies + jumps);
+    // Routed or bridged (br_netfilter) packets: to cordon's listeners only, same chain.
+    CHECK(chain(t, "forward") ==
+          "\t\ttype filter hook forward priority filter; policy accept;\n" + replies + jumps);
+    // Refused, TCP with a reset and everything else (UDP, QUIC) with ICMP.
+    CHECK(chain(t, "refuse") ==
+          "\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx admin-prohibited");
+    CHECK(has(chain(t, "antispoof"), "fib saddr . mark . iif oif missing drop"));
+    CHECK(has(chain(t, "antispoof"), "priority raw"));
+    CHECK_FALSE(has(t, "hook output"));
+    CHECK(has(t, "# sandboxes: 172.30.0.0/24, fd00:c0::/64\n"));
+    CHECK(has(t, "from policy.yaml"));
+}
+
+TEST_CASE("firewall: kill drops everything, cordon included", "[shim][firewall]") {
+    auto s = base();
+    s.kill = true;
+    const auto r = make_firewall(s);
+    REQUIRE(r.ok());
+    CHECK(chain(r.ruleset, "sandbox_to_cordon") == "\t\tjump refuse");
+    CHECK(chain(r.ruleset, "refuse") == "\t\tdrop");
+    CHECK_FALSE(has(r.ruleset, "cordon's replies"));
+    CHECK_FALSE(has(r.ruleset, "accept comment"));
+    CHECK_FALSE(has(r.ruleset, "reject"));
+    CHECK(has(r.ruleset, "# mode: KILL"));
+}
+
+TEST_CASE("firewall: IPv6 and wildcard listeners, no DNS", "[shim][firewall]") {
+    auto s = base();
+    s.dns.reset();
+    SECTION("v6 address") {
+        s.proxy = ep("[fd00:c0::2]:3128");
+        const auto r = make_firewall(s);
+        REQUIRE(r.ok());
+        CHECK(has(r.ruleset, "\t\tip6 daddr fd00:c0::2 tcp dport 3128 accept"));
+        CHECK(has(r.ruleset, "ct direction reply ip6 saddr fd00:c0::2 tcp sport 3128 accept"));
+        CHECK_FALSE(has(r.ruleset, "cordon dns"));
+        CHECK(has(r.ruleset, "; no dns listener"));
+    }
+    SECTION("wildcard: any of this host's addresses, that family only") {
+        s.proxy = ep("0.0.0.0:3128");
+        s.dns = ep("[::]:53");
+        const auto r = make_firewall(s);
+        REQUIRE(r.ok());
+        const std::string c = chain(r.ruleset, "sandbox_to_cordon");
+        CHECK(has(c, "\t\tmeta nfproto ipv4 tcp dport 3128 accept"));
+        CHECK(has(c, "\t\tmeta nfproto ipv6 udp dport 53 accept"));
+        CHECK(has(c, "\t\tmeta nfproto ipv6 tcp dport 53 accept"));
+        CHECK_FALSE(has(r.ruleset, "cordon's replies"));  // a wildcard is this host's own
+    }
+}
+
+TEST_CASE("firewall: cgroup sandboxes on this host", "[shim][firewall]") {
+    firewall_spec s;
+    s.cgroup = "cordon.slice/agents";
+    s.proxy = ep("127.0.0.1:3128");
+    s.dns = ep("0.0.0.0:5353");
+    const auto r = make_firewall(s);
+    REQUIRE(r.ok());  // loopback is fine for local processes
+    CHECK(has(chain(r.ruleset, "output"),
+              "socket cgroupv2 level 2 \"cordon.slice/agents\" jump cgroup_to_cordon"));
+    const std::string c = chain(r.ruleset, "cgroup_to_cordon");
+    CHECK(has(c, "\t\tip daddr 127.0.0.1 tcp dport 3128 accept"));
+    CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv4 udp dport 5353 accept"));
+    CHECK(has(c, "jump refuse"));
+    CHECK_FALSE(has(r.ruleset, "hook input"));
+    CHECK_FALSE(has(r.ruleset, "hook forward"));
+    CHECK_FALSE(has(r.ruleset, "antispoof"));
+}
+
+TEST_CASE("firewall: listeners sandboxes cannot use are errors", "[shim][firewall]") {
+    auto s = base();
+    SECTION("loopback proxy with sandbox networks") {
+        s.proxy = ep("127.0.0.1:3128");
+        const auto r = make_firewall(s);
+        REQUIRE(r.errors.size() == 1);
+        CHECK(has(r.errors[0], "listen.proxy 127.0.0.1:3128: a loopback address"));
+        CHECK(r.ruleset.empty());
+    }
+    SECTION("port 0") {
+        s.dns = ep("172.30.0.2:0");
+        const auto r = make_firewall(s);
+        REQUIRE(r.errors.size() == 1);
+        CHECK(has(r.errors[0], "listen.dns 172.30.0.2:0: port 0"));
+    }
+    SECTION("no sandboxes") {
+        s.sandbox_cidrs.clear();
+        CHECK(has(make_firewall(s).errors.at(0), "no sandboxes"));
+    }
+}
+
+TEST_CASE("firewall: --sandbox-cidr is strict", "[shim][firewall]") {
+    std::vector<cordon::config::cidr> out;
+    CHECK(add_sandbox_cidr("10.0.0.0/8", out).empty());
+    CHECK(add_sandbox_cidr("fd00::/8", out).empty());
+    const auto err = [&](std::string_view text) { return add_sandbox_cidr(text, out); };
+    CHECK(has(err("10.0.0.0/8"), "given twice"));
+    CHECK(has(err("10.1.0.0/16"), "overlaps 10.0.0.0/8"));
+    CHECK(has(err("0.0.0.0/0"), "matches every address"));
+    CHECK(has(err("::/0"), "matches every address"));
+    CHECK(has(err("127.0.0.0/8"), "loopback"));
+    CHECK(has(err("::1/128"), "loopback"));
+    CHECK_FALSE(err("192.168.1.1/24").empty());  // host bits set
+    CHECK_FALSE(err("192.168.1.0").empty());     // no length
+    CHECK_FALSE(err("192.168.1.0/33").empty());
+    CHECK_FALSE(err("010.0.0.0/8").empty());
+    CHECK_FALSE(err("10.0.0.0/8; flush ruleset").empty());
+    CHECK_FALSE(err("").empty());
+    CHECK(out.size() == 2);
+}
+
+TEST_CASE("firewall: --cgroup paths", "[shim][firewall]") {
+    std::string e;
+    CHECK(parse_cgroup_path("/sys/fs/cgroup/cordon.slice/agents", e) == "cordon.slice/agents");
+    CHECK(parse_cgroup_path("/cordon.slice/agents/", e) == "cordon.slice/agents");
+    CHECK(parse_cgroup_path("user.slice/user-1000.slice/app@x:1.scope", e) ==
+          "user.slice/user-1000.slice/app@x:1.scope");
+    for (const std::string_view bad :
+         {"", "/", "/sys/fs/cgroup", "/sys/fs/cgroup/", "a//b", "a/../b", "./a", "a b",
+          "a\"b", "a;b", "a/\nb", "/sys/fs/cgroupx/../a"}) {
+        CAPTURE(bad);
+        e.clear();
+        CHECK_FALSE(parse_cgroup_path(bad, e));
+        CHECK_FALSE(e.empty());
+    }
+    CHECK_FALSE(parse_cgroup_path(std::string(256, 'a'), e));
+    std::string deep;
+    for (int i = 0; i < 33; ++i) {
+        deep += "a/";
+    }
+    CHECK_FALSE(parse_cgroup_path(deep, e));
+}
