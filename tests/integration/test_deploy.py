@@ -356,6 +356,25 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(ds["datasources"][0]["url"], "http://prometheus:9090")
         self.assertIn("mgmt", service_networks(graf))
 
+    @unittest.skipUnless(shutil.which("promtool"), "promtool not found (scripts/setup)")
+    def test_prometheus_config_loads(self):
+        # As mounted: alerts.yaml beside it; the token file at a path that exists here.
+        with tempfile.TemporaryDirectory(prefix="cordon-it-prom-") as d:
+            shutil.copy(os.path.join(REPO, "dashboards", "alerts.yaml"), d)
+            token = os.path.join(d, "admin.token")
+            with open(token, "w") as f:
+                f.write("x" * 32)
+            with open(os.path.join(DOCKER, "prometheus.yml")) as f:
+                text = f.read()
+            cred = self.policy["admin"]["token_file"]
+            self.assertIn(f"credentials_file: {cred}\n", text)
+            with open(os.path.join(d, "prometheus.yml"), "w") as f:
+                f.write(text.replace(cred, token))
+            r = subprocess.run(["promtool", "check", "config",
+                                os.path.join(d, "prometheus.yml")],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout.decode())
+
     def test_policy_passes_check_config(self):
         r = subprocess.run([H.CORDON_BIN, "check-config", POLICY], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=30)
@@ -399,6 +418,81 @@ class HealthcheckTest(unittest.TestCase):
             self.assertNotEqual(run("ftp://x").returncode, 0)
         finally:
             c.cleanup()
+
+
+class ComposeScriptsTest(unittest.TestCase):
+    """The one-shot services' shell scripts, run here with their paths moved to a temp dir
+    (compose's `$$` is a literal `$`)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.services = load_yaml(COMPOSE)["services"]
+
+    def script(self, service, moves):
+        svc = self.services[service]
+        self.assertEqual(svc["entrypoint"], ["/bin/sh", "-c"])
+        text = svc["command"][0].replace("$$", "$")
+        for a, b in moves.items():
+            text = text.replace(a, b)
+        return text
+
+    @unittest.skipUnless(os.geteuid() == 0, "chown to cordon's uid needs root")
+    def test_admin_token(self):
+        with tempfile.TemporaryDirectory(prefix="cordon-it-tok-") as d:
+            text = self.script("admin-token", {"/run/cordon-admin": d})
+            for _ in range(2):  # the second run keeps the token
+                r = subprocess.run(["sh", "-c", text], stderr=subprocess.PIPE, timeout=20)
+                self.assertEqual(r.returncode, 0, r.stderr.decode())
+                st = os.stat(os.path.join(d, "admin.token"))
+                with open(os.path.join(d, "admin.token")) as f:
+                    token = f.read()
+                if _ == 0:
+                    first = token
+            self.assertEqual(token, first)
+            self.assertRegex(token, r"^[0-9a-f]{64}$")
+            self.assertEqual((st.st_uid, st.st_gid, st.st_mode & 0o777), (10001, 65534, 0o640))
+            dst = os.stat(d)
+            self.assertEqual((dst.st_uid, dst.st_gid, dst.st_mode & 0o777),
+                             (10001, 65534, 0o750))
+
+    def test_session_init_writes_the_proxy_variables(self):
+        c = H.Cordon("  agent:\n    task: the session-init test\n    egress: []\n"
+                     "    identity: { ttl: 30m }\n", dns_port=9)
+        with tempfile.TemporaryDirectory(prefix="cordon-it-sess-") as d:
+            try:
+                c.start()
+                bindir = os.path.join(d, "bin")
+                os.mkdir(bindir)
+                os.symlink(os.path.abspath(H.CORDON_BIN), os.path.join(bindir, "cordon"))
+                out = os.path.join(d, "session")
+                os.mkdir(out)
+                text = self.script("session-init", {"/run/cordon-session": out})
+                host, port = c.admin_addr
+                env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"],
+                           CORDON_ADMIN=f"http://{host}:{port}",
+                           CORDON_ADMIN_TOKEN_FILE=c.token_file)
+                r = subprocess.run(["sh", "-c", text], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, timeout=30)
+                self.assertEqual(r.returncode, 0, r.stderr.decode())
+                penv = os.path.join(out, "proxy.env")
+                self.assertEqual(os.stat(penv).st_mode & 0o777, 0o600)
+                # What the agent's command does with it.
+                agent = self.services["agent"]["command"][0].replace(
+                    "/run/cordon-session", out).replace("exec sleep infinity",
+                                                        "env")
+                r = subprocess.run(["sh", "-c", agent], stdout=subprocess.PIPE, timeout=10,
+                                   env={"PATH": os.environ["PATH"]})
+                got = dict(line.split("=", 1) for line in r.stdout.decode().splitlines()
+                           if "=" in line)
+                url = got["HTTPS_PROXY"]
+                pport = c.proxy_addr[1]
+                self.assertRegex(url, rf"^http://[^:@]+:[^:@]+@127\.0\.0\.1:{pport}$")
+                for var in ("HTTP_PROXY", "https_proxy", "http_proxy"):
+                    self.assertEqual(got[var], url)
+                sid = url.split("//")[1].split(":")[0]
+                self.assertEqual(c.admin("GET", f"/v1/sessions/{sid}")[0], 200)
+            finally:
+                c.cleanup()
 
 
 # --------------------------------------------------------------------------------------
