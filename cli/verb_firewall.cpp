@@ -24,7 +24,7 @@ namespace cordon::cli {
 namespace {
 
 constexpr std::string_view usage =
-    R"(usage: cordon firewall --policy FILE (--sandbox-cidr CIDR... | --cgroup PATH) [--kill] [--apply]
+    R"(usage: cordon firewall --policy FILE [--sandbox-cidr CIDR]... [--cgroup PATH] [--kill] [--apply]
 
 Prints an nftables ruleset (table `inet cordon`, IPv4 and IPv6) under which sandboxes reach
 only cordon's proxy (TCP) and DNS (UDP and TCP) listeners, as set by listen.proxy and
@@ -33,7 +33,8 @@ this host or routed through it, is refused with a TCP reset or ICMP "administrat
 prohibited"; the admin listener is never reachable. Spoofed source addresses are dropped by a
 strict reverse-path check. With --kill every packet from a sandbox is dropped, cordon's
 listeners included: the firewall layer of the network kill, which holds even when cordon is
-down. Run again without --kill (and with --apply) to lift it.
+down. Run again without --kill (and with --apply) to lift it. Name the sandboxes with
+--sandbox-cidr, --cgroup or both.
 
 options:
   --policy FILE          the policy cordon serves (required; checked as by check-config)

@@ -205,6 +205,13 @@ class DockerfileTest(unittest.TestCase):
         self.assertIn(policy["audit"]["path"], vols)
 
     def test_runtime_libraries_match_ldd(self):
+        # The image builds with gcc and no sanitizers; a sanitizer build links more (clang
+        # keeps libboost_container, for one), so it says nothing about the image.
+        syms = subprocess.run(["nm", "-D", H.CORDON_BIN], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=60).stdout
+        if b"__asan_init" in syms or b"__ubsan_handle" in syms:
+            self.skipTest("CORDON_BIN is a sanitizer build; the image's library list is "
+                          "checked against the main (gcc) build")
         runs = " ".join(instr_values(self.runtime, "RUN"))
         m = re.search(r"apt-get install\s+((?:-\S+\s+)*)([^&;]+)", runs)
         self.assertIsNotNone(m, "no apt-get install in the runtime stage")
