@@ -20,6 +20,7 @@ int token(args a);
 int audit(args a);
 int run(args a);
 int firewall(args a);
+int policy(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

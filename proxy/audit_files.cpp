@@ -1,11 +1,18 @@
 #include "proxy/audit_files.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace cordon::proxy {
 namespace {
@@ -106,6 +113,49 @@ std::vector<audit_file> list_audit_files(const std::string& dir, std::string& er
     std::sort(out.begin(), out.end(),
               [](const audit_file& a, const audit_file& b) { return a.id < b.id; });
     return out;
+}
+
+std::uint64_t map_audit_files(const std::string& dir, std::int64_t first_day,
+                              std::int64_t last_day,
+                              const std::function<void(const audit_file&, std::string_view)>& fn,
+                              std::string& error) {
+    std::uint64_t opened = 0;
+    const auto files = list_audit_files(dir, error);
+    if (!error.empty()) {
+        return opened;
+    }
+    for (const audit_file& f : files) {
+        if (f.id.day < first_day || f.id.day > last_day) {
+            continue;
+        }
+        const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            error = "cannot open " + f.path + ": " + std::strerror(errno);
+            return opened;
+        }
+        struct stat st {};
+        if (::fstat(fd, &st) != 0) {
+            error = "cannot stat " + f.path + ": " + std::strerror(errno);
+            ::close(fd);
+            return opened;
+        }
+        ++opened;
+        const auto size = static_cast<std::size_t>(st.st_size);
+        if (size == 0) {
+            ::close(fd);
+            continue;
+        }
+        void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        ::close(fd);
+        if (map == MAP_FAILED) {
+            error = "cannot map " + f.path + ": " + std::strerror(errno);
+            return opened;
+        }
+        ::madvise(map, size, MADV_SEQUENTIAL);
+        fn(f, std::string_view(static_cast<const char*>(map), size));
+        ::munmap(map, size);
+    }
+    return opened;
 }
 
 }  // namespace cordon::proxy

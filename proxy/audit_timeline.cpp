@@ -14,10 +14,6 @@
 #include <emmintrin.h>
 #endif
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "config/units.hpp"
 #include "proxy/audit.hpp"
@@ -433,46 +429,16 @@ void finish_timeline(std::vector<timeline_event>& events) {
 std::vector<timeline_event> read_timeline(const std::string& dir, const timeline_query& q,
                                           timeline_stats& stats, std::string& error) {
     std::vector<timeline_event> out;
-    const auto files = list_audit_files(dir, error);
-    if (!error.empty()) {
-        return out;
-    }
     const std::int64_t first_day =
         q.since ? audit_day_of(*q.since) : std::numeric_limits<std::int64_t>::min();
     const std::int64_t last_day =
         q.until ? audit_day_of(*q.until) : std::numeric_limits<std::int64_t>::max();
-    for (const audit_file& f : files) {
-        if (f.id.day < first_day || f.id.day > last_day) {
-            continue;
-        }
-        const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) {
-            error = "cannot open " + f.path + ": " + std::strerror(errno);
-            return out;
-        }
-        struct stat st {};
-        if (::fstat(fd, &st) != 0) {
-            error = "cannot stat " + f.path + ": " + std::strerror(errno);
-            ::close(fd);
-            return out;
-        }
-        ++stats.files;
-        const auto size = static_cast<std::size_t>(st.st_size);
-        if (size == 0) {
-            ::close(fd);
-            continue;
-        }
-        // MAP_POPULATE maps the file's cached pages up front: far fewer page faults than
-        // touching 1 GB page by page.
-        void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        ::close(fd);
-        if (map == MAP_FAILED) {
-            error = "cannot map " + f.path + ": " + std::strerror(errno);
-            return out;
-        }
-        ::madvise(map, size, MADV_SEQUENTIAL);
-        scan_timeline(std::string_view(static_cast<const char*>(map), size), q, out, stats);
-        ::munmap(map, size);
+    stats.files += map_audit_files(
+        dir, first_day, last_day,
+        [&](const audit_file&, std::string_view data) { scan_timeline(data, q, out, stats); },
+        error);
+    if (!error.empty()) {
+        return out;
     }
     finish_timeline(out);
     return out;

@@ -218,6 +218,9 @@ private:
         add_identity(r);
         r.add("reason", deny_name(reason)).add("target", target).add("status",
                                                                     std::int64_t{status});
+        if (!method.empty()) {
+            r.add("method", method);  // CONNECT or the HTTP method: `policy replay` re-decides
+        }
         rt_.audit(std::move(r));
         rt_.denied(denial{job, session, deny_name(reason), target, kind_name()});
         const std::string msg = message.empty() ? std::string(explain(reason)) : std::string(message);
@@ -667,7 +670,9 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
         if (!co_await check_sni(want.value, first)) {
             auto r = rt_.record("conn.deny");
             add_identity(r);
-            r.add("reason", deny_name(deny_reason::sni_mismatch)).add("target", target_text);
+            r.add("reason", deny_name(deny_reason::sni_mismatch))
+                .add("target", target_text)
+                .add("method", method);
             const hello_result h = parse_client_hello(first);
             if (h.status == hello_status::ok) {
                 r.add("sni", h.sni);

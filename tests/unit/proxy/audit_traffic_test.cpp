@@ -1,0 +1,156 @@
+#include "proxy/audit_traffic.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "proxy/audit_timeline.hpp"  // parse_time_arg
+
+using namespace cordon;
+using namespace cordon::proxy;
+
+namespace {
+
+const std::string lines =
+    // allowed CONNECT, twice (once with an upper-case host)
+    R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","session":"s-1","job":"agent","client":"10.0.0.2:4000","target":"api.example.com:443","ip":"93.184.216.34","method":"CONNECT","rule":"api.example.com:443/tls","dns_ms":0.4,"connect_ms":1.1})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:01.000Z","event":"conn.open","session":"s-1","job":"agent","client":"10.0.0.2:4001","target":"API.Example.com:443","ip":"93.184.216.35","method":"CONNECT","rule":"api.example.com:443/tls","dns_ms":0.4,"connect_ms":1.1})"
+    "\n"
+    // report mode: let through, would be denied
+    R"({"ts":"2026-11-29T10:00:02.000Z","event":"conn.open","session":"s-2","job":"agent","client":"10.0.0.2:4002","target":"new.example.com:443","ip":"93.184.216.36","method":"CONNECT","would_deny":"no_rule","dns_ms":0.4,"connect_ms":1.1})"
+    "\n"
+    // plain HTTP denial with its method; an older denial without one
+    R"({"ts":"2026-11-29T10:00:03.000Z","event":"conn.deny","session":"s-2","job":"agent","client":"10.0.0.2:4003","reason":"method","target":"api.example.com:80","status":403,"method":"PUT"})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:04.000Z","event":"conn.deny","session":"s-2","job":"agent","client":"10.0.0.2:4004","reason":"no_rule","target":"[2001:db8::1]:443","status":403})"
+    "\n"
+    // allowed into private space by resolves_to; a tcp rule
+    R"({"ts":"2026-11-29T10:00:05.000Z","event":"conn.open","session":"s-2","job":"agent","client":"10.0.0.2:4005","target":"wiki.corp.example:80","ip":"10.20.0.5","method":"GET","rule":"wiki.corp.example:80/http"})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:06.000Z","event":"conn.open","session":"s-2","job":"agent","client":"10.0.0.2:4006","target":"git.example.org:22","ip":"198.51.100.7","method":"CONNECT","rule":"git.example.org:22/tcp"})"
+    "\n"
+    // not policy: counted apart; other job; other events; a needle inside another value
+    R"({"ts":"2026-11-29T10:00:07.000Z","event":"conn.deny","session":"s-2","job":"agent","client":"10.0.0.2:4007","reason":"kill_switch","target":"x.example:443","status":403})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:08.000Z","event":"conn.open","session":"s-9","job":"other","client":"10.0.0.9:4008","target":"other.example:443","ip":"93.184.216.37","method":"CONNECT"})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:09.000Z","event":"conn.close","session":"s-1","job":"agent","client":"10.0.0.2:4000","target":"api.example.com:443","bytes_up":1,"bytes_down":2,"duration_ms":3,"reason":"eof"})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:10.000Z","event":"tool.call","session":"s-9","job":"other","arguments":"{\"job\":\"agent\",\"target\":\"fake.example:443\"}","tool":"x"})"
+    "\n"
+    // DNS, with coalesced repeats
+    R"({"ts":"2026-11-29T10:00:11.000Z","event":"dns.query","session":"s-1","job":"agent","client":"10.0.0.2","name":"api.example.com","type":"A","rcode":"NOERROR","cached":false})"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:12.000Z","event":"dns.deny","session":"s-1","job":"agent","client":"10.0.0.2","name":"telemetry.example.org","type":"A","reason":"no_rule","repeats":4})"
+    "\n"
+    // malformed lines of the job
+    R"({"ts":"2026-11-29T10:00:13.000Z","event":"conn.open","job":"agent","target":)"
+    "\n"
+    R"({"ts":"2026-11-29T10:00:14.000Z","event":"conn.open","session":"s-2","job":"agent","target":"not a target","method":"CONNECT"})"
+    "\n"
+    // a last line still being written
+    R"({"ts":"2026-11-29T10:00:15.000Z","event":"conn.open","session":"s-3","job":"agent","target":"late.example.com:443")";
+
+const config::seen_request* find(const config::seen_traffic& t, std::string_view host,
+                                 std::uint16_t port) {
+    for (const auto& r : t.requests) {
+        if (r.host == host && r.port == port) {
+            return &r;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("audit traffic: a job's requests counted by shape and outcome", "[audit_traffic]") {
+    traffic_query q;
+    q.job = "agent";
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(lines, stats);
+    const config::seen_traffic t = c.finish();
+    CHECK(t.job == "agent");
+    CHECK(t.sessions == 2);
+    CHECK(t.first_ts == "2026-11-29T10:00:00.000Z");
+    CHECK(t.last_ts == "2026-11-29T10:00:12.000Z");
+    CHECK(stats.malformed == 1);
+    CHECK(stats.bad_target == 1);
+    REQUIRE(t.requests.size() == 6);
+
+    const auto* api = find(t, "api.example.com", 443);
+    REQUIRE(api != nullptr);
+    CHECK(api->count == 2);
+    CHECK(api->outcome == config::seen_outcome::allowed);
+    CHECK(api->address.empty());  // public addresses are folded
+    CHECK(api->kind == config::request_kind::connect);
+
+    const auto* fresh = find(t, "new.example.com", 443);
+    REQUIRE(fresh != nullptr);
+    CHECK(fresh->outcome == config::seen_outcome::would_deny);
+    CHECK(fresh->reason == "no_rule");
+
+    const auto* put = find(t, "api.example.com", 80);
+    REQUIRE(put != nullptr);
+    CHECK(put->kind == config::request_kind::http);
+    CHECK(put->method == "PUT");
+    CHECK(put->outcome == config::seen_outcome::denied);
+    CHECK(put->reason == "method");
+
+    const auto* v6 = find(t, "2001:db8::1", 443);
+    REQUIRE(v6 != nullptr);
+    CHECK(v6->ip_literal);
+    CHECK(v6->kind == config::request_kind::connect);
+
+    const auto* wiki = find(t, "wiki.corp.example", 80);
+    REQUIRE(wiki != nullptr);
+    CHECK(wiki->address == "10.20.0.5");
+    CHECK(wiki->method == "GET");
+
+    const auto* git = find(t, "git.example.org", 22);
+    REQUIRE(git != nullptr);
+    CHECK(git->tcp_rule);
+
+    CHECK(find(t, "other.example", 443) == nullptr);
+    CHECK(find(t, "fake.example", 443) == nullptr);
+    CHECK(find(t, "late.example.com", 443) == nullptr);
+    CHECK(t.not_policy.at("kill_switch") == 1);
+
+    REQUIRE(t.dns.size() == 2);
+    CHECK(t.dns[0].name == "api.example.com");
+    CHECK(t.dns[0].answered == 1);
+    CHECK(t.dns[1].name == "telemetry.example.org");
+    CHECK(t.dns[1].denied == 4);  // the repeats line stands for 4 queries
+}
+
+TEST_CASE("audit traffic: --since and --until bound the records", "[audit_traffic]") {
+    traffic_query q;
+    q.job = "agent";
+    const auto now = wall_clock::now();
+    q.since = parse_time_arg("2026-11-29T10:00:02Z", now);
+    q.until = parse_time_arg("2026-11-29T10:00:04Z", now);
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(lines, stats);
+    const config::seen_traffic t = c.finish();
+    CHECK(t.requests.size() == 3);
+    CHECK(t.first_ts == "2026-11-29T10:00:02.000Z");
+    CHECK(t.last_ts == "2026-11-29T10:00:04.000Z");
+}
+
+TEST_CASE("audit traffic: job names are compared as written, escapes and all",
+          "[audit_traffic]") {
+    traffic_query q;
+    q.job = "we\"ird";
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","job":"we\"ird","target":"a.example:443","method":"CONNECT"})"
+           "\n"
+           R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","job":"we","target":"b.example:443","method":"CONNECT"})"
+           "\n",
+           stats);
+    const config::seen_traffic t = c.finish();
+    REQUIRE(t.requests.size() == 1);
+    CHECK(t.requests[0].host == "a.example");
+}
