@@ -15,7 +15,7 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 11> verbs{{
+constexpr std::array<verb, 12> verbs{{
     {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
@@ -29,6 +29,8 @@ constexpr std::array<verb, 11> verbs{{
     {"run", "run a command sandboxed as a new session of a job (the shim)", cordon::cli::run},
     {"firewall", "nftables rules: sandboxes reach only cordon (--kill: nothing)",
      cordon::cli::firewall},
+    {"worksheet", "the containment worksheet of a job, from what is enforced",
+     cordon::cli::worksheet},
     {"policy", "suggest | replay: an allowlist learned from the audit log / tried on it",
      cordon::cli::policy},
 }};

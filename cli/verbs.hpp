@@ -19,6 +19,7 @@ int revive(args a);
 int token(args a);
 int audit(args a);
 int run(args a);
+int worksheet(args a);
 int firewall(args a);
 int policy(args a);
 

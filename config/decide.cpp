@@ -235,7 +235,7 @@ bool prefix_allows(const cidr& prefix, const ip_address& a) noexcept {
 }
 
 decision check_addresses(const decision& allowed, std::span<const ip_address> addresses) {
-    if (!allowed.allowed() || allowed.rule == nullptr) {
+    if (!allowed.allowed()) {
         return allowed;
     }
     for (const ip_address& a : addresses) {
@@ -243,7 +243,9 @@ decision check_addresses(const decision& allowed, std::span<const ip_address> ad
             continue;
         }
         bool covered = false;
-        for (const cidr& r : allowed.rule->resolves_to) {
+        // No rule (report mode let the request through): no resolves_to opens anything.
+        const std::vector<cidr> none;
+        for (const cidr& r : allowed.rule != nullptr ? allowed.rule->resolves_to : none) {
             if (prefix_allows(r, a)) {
                 covered = true;
                 break;

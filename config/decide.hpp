@@ -87,7 +87,8 @@ decision decide_dns(std::string_view job, std::string_view name, const compiled_
 
 /// The resolution check for an allowed name: every address must be public or covered by
 /// the rule's `resolves_to`; if any one is refused, none may be used (private_address).
-/// Returns `allowed` unchanged when all pass.
+/// Returns `allowed` unchanged when all pass. An allowed decision without a rule (report
+/// mode's, config/mode.hpp) has no resolves_to: every address must be public.
 decision check_addresses(const decision& allowed, std::span<const ip_address> addresses);
 
 /// True when `prefix` (a cidr rule or a resolves_to entry) lets a connection reach `a`.

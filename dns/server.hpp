@@ -25,7 +25,8 @@ class resolver;
 /// The daemon's answer for one query.
 struct verdict {
     bool allow = false;
-    std::string reason;   ///< the deny reason when !allow (no_rule, kill_switch, ...)
+    std::string reason;   ///< the deny reason when !allow (no_rule, kill_switch, ...); when
+                          ///< allow, empty, or the would-deny reason of a report-mode job
     std::string job;      ///< the job the client was attributed to, if any
     std::string session;  ///< the session, when attributed by its token
 };

@@ -12,6 +12,7 @@
 #include "proxy/runtime.hpp"
 #include "proxy/tokens.hpp"
 #include "proxy/tool_event.hpp"
+#include "proxy/worksheet_api.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -27,6 +28,7 @@ struct reply {
     http::status status = http::status::ok;
     json::value body;
     std::string text;  ///< when set, sent as text/plain (the Prometheus exposition) instead
+    std::string content_type;  ///< of `text`, when not the Prometheus exposition's
 };
 
 reply error(http::status s, std::string message);
@@ -318,6 +320,19 @@ public:
                 co_return error(http::status::not_found, "no job " + std::string(seg[2]));
             }
             co_return reply{http::status::ok, job_card_json(*j)};
+        }
+        // GET /v1/jobs/NAME/worksheet[?format=md|json]: proxy/worksheet_api.cpp.
+        if (seg.size() == 4 && seg[1] == "jobs" && seg[3] == "worksheet" &&
+            verb == http::verb::get) {
+            const std::string format = query_param(req.target(), "format");
+            const auto accept = req[http::field::accept];
+            const worksheet_response w = serve_worksheet(
+                rt_, seg[2], format, std::string_view(accept.data(), accept.size()));
+            reply r;
+            r.status = static_cast<http::status>(w.status);
+            r.text = w.body;
+            r.content_type = w.content_type;
+            co_return r;
         }
         co_return error(http::status::not_found, "no such endpoint");
     }
@@ -766,7 +781,9 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
         http::response<http::string_body> res{r.status, req.version()};
         res.set(http::field::cache_control, "no-store");
         if (!r.text.empty()) {
-            res.set(http::field::content_type, "text/plain; version=0.0.4");
+            res.set(http::field::content_type, r.content_type.empty()
+                                                   ? std::string("text/plain; version=0.0.4")
+                                                   : r.content_type);
             res.body() = r.text;
         } else {
             res.set(http::field::content_type, "application/json");

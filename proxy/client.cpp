@@ -7,6 +7,7 @@
 
 #include "config/classify.hpp"
 #include "config/host.hpp"
+#include "config/mode.hpp"
 #include "dns/asio_address.hpp"
 #include "proxy/basic_auth.hpp"
 #include "proxy/client_hello.hpp"
@@ -185,6 +186,7 @@ private:
         std::string target_text;  // "host:port" for logs and bodies
         steady::time_point start = steady::now();
         config::decision decision;
+        deny_reason would_deny = deny_reason::none;  // report mode let it through (mode.hpp)
         std::string ip;
         std::uint64_t bytes_up = 0;
         std::uint64_t bytes_down = 0;
@@ -198,10 +200,14 @@ private:
     // Metrics of an allowed request once it is connected upstream: counted, and gauged as
     // an active tunnel until log_close (or the connection's end). The job's series are
     // looked up once here; the relay counts bytes through the same reference.
-    void begin_tunnel() {
+    void begin_tunnel(const request_state& st) {
         end_tunnel();
         tunnel_metrics_ = &rt_.stats.job(job);
-        tunnel_metrics_->count_allowed();
+        if (st.would_deny != deny_reason::none) {
+            tunnel_metrics_->count_would_deny();
+        } else {
+            tunnel_metrics_->count_allowed();
+        }
         tunnel_metrics_->tunnel_opened();
     }
     void end_tunnel() {
@@ -302,6 +308,15 @@ private:
             case auth_status::bad_credentials: break;
         }
         return deny_reason::auth;
+    }
+
+    // Phase: decide, with the job's mode: report mode lets through what only the allowlist
+    // denies, flagged in st.would_deny (config/mode.hpp); never private addresses.
+    static void decide_request(const config::decide_args& args, const config::compiled_policy& p,
+                               request_state& st) {
+        const config::moded_decision m = config::decide_with_mode(args, p);
+        st.decision = m.effective;
+        st.would_deny = m.would_deny;
     }
 
     // Phase: resolve + classify. Fills `addresses`; returns a deny reason or none, or
@@ -424,6 +439,9 @@ private:
         r.add("target", st.target_text).add("ip", st.ip).add("method", method);
         if (st.decision.rule != nullptr) {
             r.add("rule", st.decision.rule->describe());
+        }
+        if (st.would_deny != deny_reason::none) {
+            r.add("would_deny", deny_name(st.would_deny));
         }
         r.add("dns_ms", st.dns_ms).add("connect_ms", st.connect_ms);
         rt_.audit(std::move(r));
@@ -607,7 +625,7 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
     args.host = host;
     args.port = port;
     args.kind = request_kind::connect;
-    st.decision = config::decide(args, *policy);
+    decide_request(args, *policy, st);
     if (!st.decision.allowed()) {
         co_await deny(403, st.decision.reason, target_text);
         co_return;
@@ -665,7 +683,7 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
 
     // Phase: for tls rules, the ClientHello's SNI must name the CONNECT host before a single
     // byte reaches the upstream.
-    if (st.decision.rule->proto == config::protocol::tls) {
+    if (st.decision.rule != nullptr && st.decision.rule->proto == config::protocol::tls) {
         const config::host_result want = config::normalise_host(host);
         if (!co_await check_sni(want.value, first)) {
             auto r = rt_.record("conn.deny");
@@ -689,7 +707,7 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
     }
 
     const auto& ps = policy->source().proxy;
-    begin_tunnel();  // counted allowed only now: an SNI mismatch is a denial, not both
+    begin_tunnel(st);  // counted allowed only now: an SNI mismatch is a denial, not both
     relay_hooks hooks;
     hooks.idle_timeout = ps.idle_timeout;
     hooks.bytes = tunnel_metrics_;
@@ -768,7 +786,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     args.port = port;
     args.kind = request_kind::http;
     args.method = method;
-    st.decision = config::decide(args, *policy);
+    decide_request(args, *policy, st);
     if (!st.decision.allowed()) {
         co_await deny(403, st.decision.reason, st.target_text);
         co_return false;
@@ -815,7 +833,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         usage_ = rt_.usage_for(session);
     }
     log_open(st);
-    begin_tunnel();
+    begin_tunnel(st);
 
     // Phase: forward the request, head then body, streaming. A client that asked to be told
     // before sending its body (Expect: 100-continue) is told now: the request is allowed

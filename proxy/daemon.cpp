@@ -195,7 +195,8 @@ int run_daemon(const daemon_options& opts) {
     for (const auto& j : pol.jobs) {
         if (j.mode == config::job_mode::report) {
             std::cerr << "cordon: job " << j.name
-                      << ": mode report is not implemented yet; its rules are enforced\n";
+                      << ": mode report: NOT ENFORCED, would-deny requests are let through "
+                         "and audited (would_deny)\n";
         }
     }
     audit_options aopts;

@@ -1,6 +1,7 @@
 #include "proxy/dns_hook.hpp"
 
 #include "config/classify.hpp"
+#include "config/mode.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -97,10 +98,13 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
         v.reason = "no_session";
         return v;
     }
-    const config::decision d = config::decide_dns(v.job, q.q.name, *policy);
-    v.allow = d.allowed();
+    // Report mode: a name no rule names resolves, flagged with the reason (config/mode.hpp).
+    const config::moded_decision d = config::decide_dns_with_mode(v.job, q.q.name, *policy);
+    v.allow = d.effective.allowed();
     if (!v.allow) {
-        v.reason = std::string(config::to_string(d.reason));
+        v.reason = std::string(config::to_string(d.effective.reason));
+    } else if (d.reported()) {
+        v.reason = std::string(config::to_string(d.would_deny));
     }
     return v;
 }
@@ -110,7 +114,11 @@ void dns_hook::count(const config::ip_address&, const dns::question& q, const dn
     if (!v.allow) {
         rt_.denied(denial{v.job, v.session, v.reason, q.name, "dns", n});
     }
-    rt_.stats.count_dns(v.job, v.allow, n);
+    if (v.allow && !v.reason.empty()) {
+        rt_.stats.count_dns_would_deny(v.job, n);  // report mode
+    } else {
+        rt_.stats.count_dns(v.job, v.allow, n);
+    }
 }
 
 void dns_hook::audit(const config::ip_address& client, const dns::question& q,
@@ -125,6 +133,9 @@ void dns_hook::audit(const config::ip_address& client, const dns::question& q,
     r.add("client", client.to_string()).add("name", q.name).add("type", type_name(q.qtype));
     if (v.allow) {
         r.add("rcode", rcode_name(rc)).add("cached", cached);
+        if (!v.reason.empty()) {
+            r.add("would_deny", v.reason);  // report mode
+        }
     } else {
         r.add("reason", v.reason);
     }

@@ -19,6 +19,20 @@ double ms_since(steady::time_point t0) {
     return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
 }
 
+// Keeps the measurement for the worksheet (last measured stop time), after the kill's
+// effects are out: a failure here costs the measurement, never the kill.
+void save_timing(state_store* store, const char* scope, const kill_outcome& out,
+                 wall_clock::time_point at) {
+    if (store == nullptr || out.already) {
+        return;
+    }
+    std::string error;
+    if (!store->save_kill_timing(kill_timing{scope, out.elapsed_ms, out.connections_closed, at},
+                                 error)) {
+        std::cerr << "cordon: state store: " << error << '\n';
+    }
+}
+
 }  // namespace
 
 bool runtime::persist_session(const std::string& id) {
@@ -72,6 +86,7 @@ awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const s
                     json::serialize(json::object{{"reason", reason},
                                                  {"by", by},
                                                  {"at", format_rfc3339(kill_info.at)}}));
+    save_timing(store.get(), "network", out, kill_info.at);
     co_return out;
 }
 
@@ -140,6 +155,7 @@ awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& 
                                                  {"reason", reason},
                                                  {"by", by}}));
     forget_usage(id);
+    save_timing(store.get(), "session", out, now());
     co_return out;
 }
 

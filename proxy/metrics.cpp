@@ -93,7 +93,8 @@ struct metrics::impl {
     prometheus::Family<prometheus::Counter>& dns_queries =
         prometheus::BuildCounter()
             .Name("cordon_dns_queries_total")
-            .Help("DNS queries answered (allowed) or refused (denied), by job")
+            .Help("DNS queries answered (allowed) or refused (denied), by job; would_deny: "
+                  "answered for a report-mode job although no rule names the name")
             .Register(*registry);
     prometheus::Counter& dns_rate_limited =
         prometheus::BuildCounter()
@@ -112,7 +113,9 @@ struct metrics::impl {
         prometheus::BuildCounter()
             .Name("cordon_connections_total")
             .Help("Proxy requests (CONNECT tunnels and plain HTTP requests) by job and "
-                  "decision: allowed (connected upstream) or denied (refused with a reason)")
+                  "decision: allowed (connected upstream), denied (refused with a reason) or "
+                  "would_deny (a report-mode job's request enforce mode would refuse, let "
+                  "through)")
             .Register(*registry);
     prometheus::Family<prometheus::Counter>& denied =
         prometheus::BuildCounter()
@@ -185,6 +188,7 @@ struct metrics::impl {
         auto m = std::make_unique<job_metrics>();
         m->allowed_ = &connections.Add({{"job", label}, {"decision", "allowed"}});
         m->denied_ = &connections.Add({{"job", label}, {"decision", "denied"}});
+        m->would_deny_ = &connections.Add({{"job", label}, {"decision", "would_deny"}});
         for (const auto r : deny_reason_labels()) {
             m->denied_by_reason_.push_back(&denied.Add({{"job", label}, {"reason", std::string(r)}}));
         }
@@ -193,6 +197,7 @@ struct metrics::impl {
         m->bytes_down_ = &bytes.Add({{"job", label}, {"direction", "down"}});
         m->dns_allowed_ = &dns_queries.Add({{"job", label}, {"decision", "allowed"}});
         m->dns_denied_ = &dns_queries.Add({{"job", label}, {"decision", "denied"}});
+        m->dns_would_deny_ = &dns_queries.Add({{"job", label}, {"decision", "would_deny"}});
         m->denial_bursts_ = &denial_bursts.Add({{"job", label}});
         jobs.push_back(std::move(m));
         return jobs.back().get();
@@ -228,6 +233,7 @@ struct metrics::impl {
 };
 
 void job_metrics::count_allowed() { allowed_->Increment(); }
+void job_metrics::count_would_deny() { would_deny_->Increment(); }
 void job_metrics::tunnel_opened() { active_tunnels_->Increment(); }
 void job_metrics::tunnel_closed() { active_tunnels_->Decrement(); }
 void job_metrics::count_bytes(bool up, std::uint64_t n) {
@@ -303,6 +309,10 @@ void metrics::set_audit_write_errors(std::uint64_t total) {
 void metrics::count_dns(const std::string& job_name, bool allowed, std::uint64_t n) {
     job_metrics& j = job(job_name);
     (allowed ? j.dns_allowed_ : j.dns_denied_)->Increment(static_cast<double>(n));
+}
+
+void metrics::count_dns_would_deny(const std::string& job_name, std::uint64_t n) {
+    job(job_name).dns_would_deny_->Increment(static_cast<double>(n));
 }
 
 void metrics::count_dns_rate_limited() { impl_->dns_rate_limited.Increment(); }

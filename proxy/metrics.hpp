@@ -28,6 +28,9 @@ public:
     /// A proxy request allowed and connected upstream (cordon_connections_total{decision=
     /// "allowed"}), and the relay it starts (cordon_active_tunnels, until tunnel_closed()).
     void count_allowed();
+    /// A proxy request of a report-mode job that enforce mode would deny, let through and
+    /// connected upstream (decision="would_deny"; counted instead of count_allowed()).
+    void count_would_deny();
     void tunnel_opened();
     void tunnel_closed();
     /// Bytes relayed for this job, client -> upstream (up) or back (down).
@@ -37,12 +40,14 @@ private:
     friend class metrics;
     prometheus::Counter* allowed_ = nullptr;
     prometheus::Counter* denied_ = nullptr;
+    prometheus::Counter* would_deny_ = nullptr;
     std::vector<prometheus::Counter*> denied_by_reason_;  ///< by deny_reason_label()
     prometheus::Gauge* active_tunnels_ = nullptr;
     prometheus::Counter* bytes_up_ = nullptr;
     prometheus::Counter* bytes_down_ = nullptr;
     prometheus::Counter* dns_allowed_ = nullptr;
     prometheus::Counter* dns_denied_ = nullptr;
+    prometheus::Counter* dns_would_deny_ = nullptr;
     prometheus::Counter* denial_bursts_ = nullptr;
 };
 
@@ -85,6 +90,9 @@ public:
     void set_kill_switch_engaged(bool engaged);
     /// `n` DNS queries answered (allowed) or refused (denied), by job ("" when unattributed).
     void count_dns(const std::string& job, bool allowed, std::uint64_t n = 1);
+    /// `n` DNS queries of a report-mode job answered although no rule names the name
+    /// (cordon_dns_queries_total{decision="would_deny"}).
+    void count_dns_would_deny(const std::string& job, std::uint64_t n = 1);
     void count_dns_rate_limited();
     void count_kill(kill_scope scope, double seconds);
 

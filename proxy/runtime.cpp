@@ -2,6 +2,7 @@
 
 #include "config/classify.hpp"
 #include "config/load.hpp"
+#include "config/mode.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -170,7 +171,8 @@ awaitable<std::string> runtime::reload(const std::string& by) {
             a.port = c.port;
             a.kind = c.kind;
             a.method = c.method;
-            return !config::decide(a, *next).allowed();
+            // Report mode's would-deny connections stay: the job still lets them through.
+            return !config::decide_with_mode(a, *next).effective.allowed();
         };
     const std::string why = "policy_changed";
     const std::size_t closed = co_await close_where(no_longer_allowed, why);

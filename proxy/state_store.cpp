@@ -33,8 +33,9 @@ constexpr std::string_view untouched =
     "; the file was left untouched: restore a backup, or move it away to start with an empty "
     "store";
 
-// The schema (version 1). STRICT tables make SQLite check the column types; times are
-// milliseconds since the epoch; hash is the SHA-256 of a token, never the token.
+// The schema (version 2; version 1 lacked kill_timings). STRICT tables make SQLite check the
+// column types; times are milliseconds since the epoch; hash is the SHA-256 of a token, never
+// the token.
 constexpr const char* schema_sql = R"sql(
 CREATE TABLE meta (schema_version INTEGER NOT NULL) STRICT;
 CREATE TABLE kill_switch (
@@ -74,7 +75,24 @@ CREATE TABLE events (
   json TEXT NOT NULL
 ) STRICT;
 CREATE INDEX events_ts ON events (ts_ms);
-INSERT INTO meta (schema_version) VALUES (1);
+CREATE TABLE kill_timings (
+  scope TEXT PRIMARY KEY NOT NULL CHECK (scope IN ('network', 'session')),
+  elapsed_us INTEGER NOT NULL CHECK (elapsed_us >= 0),
+  connections_closed INTEGER NOT NULL CHECK (connections_closed >= 0),
+  at_ms INTEGER NOT NULL
+) STRICT;
+INSERT INTO meta (schema_version) VALUES (2);
+)sql";
+
+// From version 1 to 2: the last measured kill of each scope. Additive, in one transaction.
+constexpr const char* migrate_1_to_2_sql = R"sql(
+CREATE TABLE kill_timings (
+  scope TEXT PRIMARY KEY NOT NULL CHECK (scope IN ('network', 'session')),
+  elapsed_us INTEGER NOT NULL CHECK (elapsed_us >= 0),
+  connections_closed INTEGER NOT NULL CHECK (connections_closed >= 0),
+  at_ms INTEGER NOT NULL
+) STRICT;
+UPDATE meta SET schema_version = 2;
 )sql";
 
 std::int64_t to_ms(wall_clock::time_point t) {
@@ -467,6 +485,7 @@ struct state_store::impl {
     statement upsert_session, delete_tokens, insert_token, upsert_kill, insert_event;
     statement select_kill, select_sessions, select_tokens, select_last_event, select_events;
     statement prune_sessions, prune_events;
+    statement upsert_kill_timing, select_kill_timings;
 
     std::string fail(std::string_view what, int rc) const {
         return "state store " + path + ": " + std::string(what) + ": " + db.message(rc);
@@ -604,11 +623,34 @@ bool state_store::impl::validate_and_configure(std::string& error) {
         error = where + ": foreign_keys=ON did not take";
         return false;
     }
+    if (versions[0] < 2) {
+        // Upgraded in one transaction that commits only if every statement of this build
+        // then prepares: a file that is not a whole version 1 store is left as it was.
+        if ((rc = db.exec("BEGIN IMMEDIATE")) != SQLITE_OK ||
+            (rc = db.exec(migrate_1_to_2_sql)) != SQLITE_OK) {
+            if (db.in_transaction()) {
+                db.exec("ROLLBACK");
+            }
+            error = fail("cannot upgrade the schema from version 1 to 2", rc);
+            return false;
+        }
+        if (!prepare_all(error)) {
+            db.exec("ROLLBACK");
+            return false;
+        }
+        if ((rc = db.exec("COMMIT")) != SQLITE_OK) {
+            db.exec("ROLLBACK");
+            error = fail("cannot upgrade the schema from version 1 to 2", rc);
+            return false;
+        }
+    } else if (!prepare_all(error)) {
+        return false;
+    }
     if ((rc = db.checkpoint_on_close(true)) != SQLITE_OK) {
         error = fail("configure", rc);
         return false;
     }
-    return prepare_all(error);
+    return true;
 }
 
 bool state_store::impl::prepare_all(std::string& error) {
@@ -646,6 +688,13 @@ bool state_store::impl::prepare_all(std::string& error) {
          "AND (?2 = '' OR session = ?2 OR session = '') ORDER BY id LIMIT ?3"},
         {&prune_sessions, "DELETE FROM sessions WHERE state <> 'active' AND ended_ms < ?1"},
         {&prune_events, "DELETE FROM events WHERE ts_ms < ?1"},
+        {&upsert_kill_timing,
+         "INSERT INTO kill_timings (scope, elapsed_us, connections_closed, at_ms) "
+         "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (scope) DO UPDATE SET "
+         "elapsed_us = excluded.elapsed_us, connections_closed = excluded.connections_closed, "
+         "at_ms = excluded.at_ms"},
+        {&select_kill_timings,
+         "SELECT scope, elapsed_us, connections_closed, at_ms FROM kill_timings ORDER BY scope"},
     };
     for (const auto& [st, sql] : all) {
         const int rc = st->prepare(db.get(), sql, true);
@@ -766,6 +815,55 @@ bool state_store::save_kill(const kill_state& k, std::string& error) {
         return false;
     }
     return txn.commit(error);
+}
+
+bool state_store::save_kill_timing(const kill_timing& t, std::string& error) {
+    if (t.scope != "network" && t.scope != "session") {
+        error = "state store: kill timing scope must be network or session";
+        return false;
+    }
+    std::lock_guard lock(impl_->mutex);
+    impl& d = *impl_;
+    impl::transaction txn(d);
+    if (!txn.begin(error)) {
+        return false;
+    }
+    const double us = t.elapsed_ms > 0 ? t.elapsed_ms * 1000 : 0;
+    d.upsert_kill_timing.bind(1, t.scope);
+    d.upsert_kill_timing.bind(2, us < 9.2e18 ? static_cast<std::int64_t>(us) : int64_max);
+    d.upsert_kill_timing.bind(3, static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                     t.connections_closed, static_cast<std::uint64_t>(int64_max))));
+    d.upsert_kill_timing.bind(4, to_ms(t.at));
+    if (!d.run(d.upsert_kill_timing, "save kill timing", error)) {
+        return false;
+    }
+    return txn.commit(error);
+}
+
+bool state_store::kill_timings(std::vector<kill_timing>& out, std::string& error) {
+    std::lock_guard lock(impl_->mutex);
+    statement& st = impl_->select_kill_timings;
+    const reset_on_exit reset(st);
+    std::vector<kill_timing> result;
+    int rc = SQLITE_OK;
+    while ((rc = st.step()) == SQLITE_ROW) {
+        kill_timing t;
+        t.scope = st.text(0);
+        t.elapsed_ms = static_cast<double>(st.integer(1)) / 1000;
+        t.connections_closed = static_cast<std::uint64_t>(std::max<std::int64_t>(st.integer(2), 0));
+        if (!from_ms(st.integer(3), t.at)) {
+            error = "state store " + impl_->path + " has an invalid row (corrupt?): "
+                    "kill_timings.at_ms out of range";
+            return false;
+        }
+        result.push_back(std::move(t));
+    }
+    if (rc != SQLITE_DONE) {
+        error = impl_->fail("read kill timings", rc);
+        return false;
+    }
+    out = std::move(result);
+    return true;
 }
 
 bool state_store::append_event(stored_event& e, std::string& error) {

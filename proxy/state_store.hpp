@@ -23,6 +23,15 @@ struct kill_state {
     wall_clock::time_point at{};  ///< when it was engaged (or revived); epoch if never
 };
 
+/// A kill as measured inside cordon: from the kill call to every connection it cut closed
+/// (kill_outcome::elapsed_ms). The last one of each scope is kept, for the worksheet.
+struct kill_timing {
+    std::string scope;  ///< "network" or "session"
+    double elapsed_ms = 0;  ///< stored to the microsecond
+    std::uint64_t connections_closed = 0;
+    wall_clock::time_point at{};  ///< when the kill was made
+};
+
 /// One entry of the event log (GET /v1/events). `json` is the event as the API serves it.
 struct stored_event {
     std::uint64_t id = 0;  ///< assigned by append_event(); increasing, never reused
@@ -39,7 +48,7 @@ struct stored_event {
 class state_store {
 public:
     /// The schema this build reads and writes (meta.schema_version).
-    static constexpr std::int64_t schema_version = 1;
+    static constexpr std::int64_t schema_version = 2;  ///< a version 1 file is upgraded
 
     /// Opens DIR/cordon.db, or creates it (and DIR) if it does not exist. A new store is built
     /// under a temporary name and renamed into place, so an existing cordon.db is always a
@@ -61,6 +70,12 @@ public:
 
     /// Replaces the kill switch state.
     bool save_kill(const kill_state& k, std::string& error);
+
+    /// Replaces the last measured kill of `t.scope` (network or session).
+    bool save_kill_timing(const kill_timing& t, std::string& error);
+    /// The last measured kill of each scope measured so far (none, one or two; by scope).
+    /// False, with `error` set, on a read error.
+    bool kill_timings(std::vector<kill_timing>& out, std::string& error);
 
     /// Appends `e` and sets e.id to its new id (autoincrement: larger than every id ever
     /// assigned, pruned ones included).

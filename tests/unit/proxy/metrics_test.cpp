@@ -94,3 +94,20 @@ TEST_CASE("metrics: concurrent lookups and counts while jobs are added", "[metri
     CHECK(has_line(m.render(), R"m(cordon_connections_total{decision="allowed",job="a"} 4000)m"));
     CHECK(has_line(m.render(), R"m(cordon_connections_total{decision="allowed",job="j7"} 80)m"));
 }
+
+TEST_CASE("metrics: would_deny series exist at zero for every job and count apart",
+          "[metrics][mode]") {
+    metrics m;
+    m.add_jobs({"learner", "strict"});
+    std::string t = m.render();
+    CHECK(has_line(t, R"m(cordon_connections_total{decision="would_deny",job="learner"} 0)m"));
+    CHECK(has_line(t, R"m(cordon_connections_total{decision="would_deny",job="strict"} 0)m"));
+    CHECK(has_line(t, R"m(cordon_dns_queries_total{decision="would_deny",job="learner"} 0)m"));
+    m.job("learner").count_would_deny();
+    m.count_dns_would_deny("learner", 3);
+    t = m.render();
+    CHECK(has_line(t, R"m(cordon_connections_total{decision="would_deny",job="learner"} 1)m"));
+    CHECK(has_line(t, R"m(cordon_connections_total{decision="allowed",job="learner"} 0)m"));
+    CHECK(has_line(t, R"m(cordon_dns_queries_total{decision="would_deny",job="learner"} 3)m"));
+    CHECK(has_line(t, R"m(cordon_dns_queries_total{decision="allowed",job="learner"} 0)m"));
+}

@@ -212,7 +212,8 @@ TEST_CASE("state: a new store is made 0700, in WAL mode, with nothing left behin
     CHECK((st.st_mode & 0077) == 0);  // 0600: no one else reads the token hashes
 
     CHECK(raw_query(store->path(), "PRAGMA journal_mode") == "wal");
-    CHECK(raw_query(store->path(), "SELECT schema_version FROM meta") == "1");
+    CHECK(raw_query(store->path(), "SELECT schema_version FROM meta") ==
+          std::to_string(state_store::schema_version));
     for (const auto& entry : fs::directory_iterator(dir)) {
         const auto name = entry.path().filename().string();
         INFO(name);
@@ -634,9 +635,10 @@ TEST_CASE("state: a newer schema is refused, the file kept", "[state]") {
     const std::string before = read_file(tmp.db());
     const std::string error = open_error(tmp.path());
     CHECK_THAT(error, Catch::Contains("newer cordon"));
-    CHECK_THAT(error, Catch::Contains("schema version 2"));
+    const std::string newer = std::to_string(state_store::schema_version + 1);
+    CHECK_THAT(error, Catch::Contains("schema version " + newer));
     CHECK(read_file(tmp.db()) == before);
-    CHECK(raw_query(tmp.db(), "SELECT schema_version FROM meta") == "2");
+    CHECK(raw_query(tmp.db(), "SELECT schema_version FROM meta") == newer);
     CHECK(raw_query(tmp.db(), "SELECT engaged FROM kill_switch") == "1");
 }
 
@@ -692,4 +694,65 @@ TEST_CASE("state: a WAL left without its database is not replayed into a new one
         REQUIRE(store->save_kill(kill_state{true, "r", "b", t0}, error));
         CHECK(load_ok(*store).kill.engaged);
     }
+}
+
+TEST_CASE("state: the last kill of each scope is kept, across reopen", "[state]") {
+    temp_dir tmp;
+    {
+        auto store = open_ok(tmp.path());
+        std::vector<kill_timing> got;
+        std::string error;
+        REQUIRE(store->kill_timings(got, error));
+        CHECK(got.empty());  // never measured
+        REQUIRE(store->save_kill_timing(kill_timing{"network", 61.25, 9873, t0}, error));
+        REQUIRE(store->save_kill_timing(kill_timing{"session", 3.5, 2, t0}, error));
+        REQUIRE(store->save_kill_timing(
+            kill_timing{"network", 7.125, 4, t0 + std::chrono::seconds(5)}, error));
+        CHECK_FALSE(store->save_kill_timing(kill_timing{"bogus", 1, 1, t0}, error));
+    }
+    auto store = open_ok(tmp.path());
+    std::vector<kill_timing> got;
+    std::string error;
+    REQUIRE(store->kill_timings(got, error));
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].scope == "network");
+    CHECK(got[0].elapsed_ms == Approx(7.125));
+    CHECK(got[0].connections_closed == 4);
+    CHECK(got[0].at == t0 + std::chrono::seconds(5));
+    CHECK(got[1].scope == "session");
+    CHECK(got[1].elapsed_ms == Approx(3.5));
+}
+
+TEST_CASE("state: a version 1 store is upgraded in place, its content kept", "[state]") {
+    temp_dir tmp;
+    {
+        auto store = open_ok(tmp.path());
+        std::string error;
+        REQUIRE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+    }
+    // What a version 1 build wrote: no kill_timings table.
+    raw_query(tmp.db(), "DROP TABLE kill_timings");
+    raw_query(tmp.db(), "UPDATE meta SET schema_version = 1");
+    auto store = open_ok(tmp.path());
+    CHECK(raw_query(tmp.db(), "SELECT schema_version FROM meta") == "2");
+    CHECK(raw_query(tmp.db(), "SELECT engaged FROM kill_switch") == "1");
+    std::string error;
+    CHECK(store->save_kill_timing(kill_timing{"session", 1.5, 1, t0}, error));
+}
+
+TEST_CASE("state: a version 1 meta without the tables is refused, not upgraded", "[state]") {
+    temp_dir tmp;
+    {
+        sqlite3* db = nullptr;
+        REQUIRE(sqlite3_open(tmp.db().c_str(), &db) == SQLITE_OK);
+        REQUIRE(sqlite3_exec(db,
+                             "CREATE TABLE meta (schema_version INTEGER NOT NULL) STRICT; "
+                             "INSERT INTO meta VALUES (1)",
+                             nullptr, nullptr, nullptr) == SQLITE_OK);
+        REQUIRE(sqlite3_close(db) == SQLITE_OK);
+    }
+    CHECK_THAT(open_error(tmp.path()), Catch::Contains("expected schema"));
+    CHECK(raw_query(tmp.db(), "SELECT schema_version FROM meta") == "1");
+    CHECK(raw_query(tmp.db(), "SELECT count(*) FROM sqlite_schema WHERE name = 'kill_timings'") ==
+          "0");
 }
