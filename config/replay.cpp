@@ -219,10 +219,13 @@ std::string render_table(const replay_result& r, std::string_view source) {
                    "the new rule's resolves_to may cover it)",
                    r.undetermined, r.count(r.undetermined));
     }
-    out += "\nunchanged: " + std::to_string(r.same_allowed) + " requests allowed (" +
-           std::to_string(r.same_allowed_targets) + " targets), " +
-           std::to_string(r.same_denied) + " denied (" + std::to_string(r.same_denied_targets) +
-           " targets)\n";
+    const auto targets = [](std::uint64_t n) {
+        return std::to_string(n) + (n == 1 ? " target" : " targets");
+    };
+    out += "\nunchanged: " + std::to_string(r.same_allowed) +
+           (r.same_allowed == 1 ? " request" : " requests") + " allowed (" +
+           targets(r.same_allowed_targets) + "), " + std::to_string(r.same_denied) +
+           " denied (" + targets(r.same_denied_targets) + ")\n";
     return out;
 }
 

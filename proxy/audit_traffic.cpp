@@ -69,17 +69,26 @@ scan_result scan_fields(std::string_view s, fields& f) {
         }
     };
     // At an opening quote: returns the string's contents and moves past its closing quote.
+    // memchr to each quote; a quote ends the string unless an odd run of backslashes
+    // precedes it.
     const auto str = [&](std::string_view& out) {
         const std::size_t start = ++i;
-        while (i < n && s[i] != '"') {
-            i += s[i] == '\\' ? 2 : 1;
+        for (;;) {
+            const void* q = i < n ? std::memchr(s.data() + i, '"', n - i) : nullptr;
+            if (q == nullptr) {
+                return false;
+            }
+            const auto at = static_cast<std::size_t>(static_cast<const char*>(q) - s.data());
+            std::size_t k = at;
+            while (k > start && s[k - 1] == '\\') {
+                --k;
+            }
+            i = at + 1;
+            if ((at - k) % 2 == 0) {
+                out = s.substr(start, at - start);
+                return true;
+            }
         }
-        if (i >= n) {
-            return false;
-        }
-        out = s.substr(start, i - start);
-        ++i;
-        return true;
     };
     ws();
     if (i >= n || s[i] != '{') {
@@ -292,13 +301,8 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
     // public ones are folded so that a CDN's many addresses make one entry.
     std::string_view address;
     if (f.event == kind_of_event::open && !f.ip.empty()) {
-        key_.assign(f.ip);
-        auto it = public_ip_.find(key_);
-        if (it == public_ip_.end()) {
-            const auto a = config::parse_ip(f.ip);
-            it = public_ip_.emplace(key_, !a || config::classify(*a).is_public()).first;
-        }
-        if (!it->second) {
+        const auto a = config::parse_ip(f.ip);  // cheaper than a cache of a day's addresses
+        if (a && !config::classify(*a).is_public()) {
             address = f.ip;
         }
     }

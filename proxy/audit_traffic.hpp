@@ -62,7 +62,6 @@ private:
     std::string key_;  // scratch
     std::unordered_map<std::string, entry> requests_;
     std::unordered_map<std::string, config::seen_name> dns_;
-    std::unordered_map<std::string, bool> public_ip_;  // address text -> is public
     std::unordered_set<std::string> sessions_;
     std::map<std::string, std::uint64_t> not_policy_;
     std::string first_ts_;

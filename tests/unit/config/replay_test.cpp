@@ -83,7 +83,7 @@ TEST_CASE("replay: newly denied, newly allowed, unchanged, with counts", "[repla
     CHECK(table.find("newly denied: 3 targets, 11 requests") != std::string::npos);
     CHECK(table.find("PUT http api.example.com:80") != std::string::npos);
     CHECK(table.find("would-deny no_rule") != std::string::npos);
-    CHECK(table.find("unchanged: 10 requests allowed (1 targets), 3 denied (1 targets)") !=
+    CHECK(table.find("unchanged: 10 requests allowed (1 target), 3 denied (1 target)") !=
           std::string::npos);
     const std::string json = render_json(r, "new.yaml");
     CHECK(json.find("\"newly_allowed\":[{\"target\":\"new.example.com:443\",\"kind\":\"connect\","
