@@ -273,10 +273,13 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
             }
             a = &nets[static_cast<std::size_t>(p)][host_cidr(*ip)];
         } else {
+            // An address on the record means the policy's own rule for this name let it into
+            // non-public space (resolves_to): allowed, or in report mode let through for a
+            // port or method that rule does not list. A human opened that; learning keeps it.
             std::optional<ip_address> addr;
             if (!r.address.empty()) {
                 addr = parse_ip(r.address);
-                if (!addr || !allowed) {
+                if (!addr || r.outcome == seen_outcome::denied) {
                     leave_out(r, why_private_name);
                     continue;
                 }

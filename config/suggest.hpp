@@ -12,9 +12,10 @@
 //   Suffix List): no "*.co.uk", no "*.github.io". The wildcard gets the union of its names'
 //   ports (and methods); a parent name seen itself keeps its own exact rule.
 // - Non-public space is never opened by learning: IP literals that are not public and names
-//   denied with private_address are left out, with a comment saying why. A name the enforced
-//   policy already let into non-public space (a rule's resolves_to) keeps a rule whose
-//   resolves_to lists the addresses seen, /32 or /128 each.
+//   denied with private_address are left out, with a comment saying why. A name the policy's
+//   own rule already let into non-public space (its resolves_to: allowed, or let through by
+//   report mode for a port or method the rule does not list) keeps a rule whose resolves_to
+//   lists the addresses seen, /32 or /128 each.
 // - cordon's own reserved name (cordon.events) is left out: cordon answers it itself.
 
 #include <cstddef>

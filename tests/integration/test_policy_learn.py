@@ -250,5 +250,81 @@ class LiveTrafficTest(unittest.TestCase):
         self.assertEqual(r.stdout, b"200")
 
 
+class ReportModeTest(unittest.TestCase):
+    """A report-mode job on loopback: its rules name the hosts with `resolves_to` (every
+    origin here is 127.0.0.1), so report mode lets through an unlisted port or method of a
+    listed host (would-deny) and refuses a host no rule names (private_address)."""
+
+    def setUp(self):
+        self.http = H.HTTPOrigin()
+        self.addCleanup(self.http.stop)
+        self.echo = H.EchoOrigin("echo")
+        self.addCleanup(self.echo.stop)
+        self.dns = H.FakeDNS({"listed.test": {"A": ["127.0.0.1"]},
+                              "web.test": {"A": ["127.0.0.1"]},
+                              "unlisted.test": {"A": ["127.0.0.1"]}})
+        self.addCleanup(self.dns.stop)
+        self.tmp = H.TempDir("cordon-it-learn-")
+        self.addCleanup(self.tmp.cleanup)
+        jobs = ("  learner:\n"
+                "    task: learn my allowlist in report mode\n"
+                "    mode: report\n"
+                "    egress:\n"
+                f"      - {{ host: listed.test, ports: [{self.echo.port}], protocol: tcp, "
+                "resolves_to: [127.0.0.0/8] }\n"
+                f"      - {{ host: web.test, ports: [{self.http.port}], protocol: http, "
+                "methods: [GET], resolves_to: [127.0.0.0/8] }\n")
+        self.c = H.Cordon(jobs, self.dns.port)
+        self.addCleanup(self.c.cleanup)
+        self.c.start()
+
+    def test_learn_from_report_mode(self):
+        s = self.c.create_session("learner")
+        proxy = self.c.proxy_url(s)
+        for port in (self.echo.port, self.http.port):  # the second: would-deny port
+            conn, resp = self.c.tunnel(s, f"listed.test:{port}")
+            conn.close()
+            self.assertEqual(resp.status, 200, resp)
+        web = f"http://web.test:{self.http.port}/"
+        r = H.run_curl(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy, web])
+        self.assertEqual(r.stdout, b"200")
+        r = H.run_curl(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy,
+                        "-X", "POST", "-d", "x", web])
+        self.assertEqual(r.stdout, b"200")  # would-deny method
+        conn, resp = self.c.tunnel(s, "unlisted.test:443")
+        conn.close()
+        self.assertEqual(resp.status, 403)  # private_address: never relaxed
+        self.assertTrue(self.c.wait_events(lambda e: e["event"] == "conn.deny", count=1))
+        self.assertTrue(self.c.wait_events(lambda e: e["event"] == "conn.open", count=4))
+
+        p = cordon("policy", "suggest", "--job", "learner", "--config", self.c.config_path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        ports = sorted([self.echo.port, self.http.port])
+        self.assertEqual(rules(p.stdout), [
+            f'- {{ host: listed.test, ports: [{ports[0]}, {ports[1]}], protocol: tcp, '
+            'resolves_to: ["127.0.0.1/32"] }',
+            f'- {{ host: web.test, ports: [{self.http.port}], protocol: http, '
+            'methods: [GET, POST], resolves_to: ["127.0.0.1/32"] }',
+        ])
+        self.assertIn("#   unlisted.test:443, 1 request (1 denied): resolved to a non-public "
+                      "address", p.stdout)
+        self.assertIn("2 requests (1 allowed, 1 would-deny)", p.stdout)
+
+        policy = card(self.tmp, "learner", p.stdout, self.c.audit_dir)
+        c = cordon("check-config", policy)
+        self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
+        r = cordon("policy", "replay", "--config", policy, "--job", "learner", "--format",
+                   "json")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["newly_denied"], [])
+        self.assertEqual(sorted((x["target"], x.get("method"), x["was_reason"])
+                                for x in doc["newly_allowed"]),
+                         [(f"listed.test:{self.http.port}", None, "port"),
+                          (f"web.test:{self.http.port}", "POST", "method")])
+        self.assertEqual(doc["unchanged"]["allowed"]["requests"], 2)
+        self.assertEqual(doc["unchanged"]["denied"]["requests"], 1)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -277,3 +277,25 @@ TEST_CASE("suggest then replay: the suggestion loads and denies nothing seen", "
     CHECK(r.same_allowed == 13);
     CHECK(r.same_denied == 3);
 }
+
+TEST_CASE("suggest: report mode let a name's own rule reach non-public space on another port",
+          "[suggest]") {
+    const auto psl = public_suffix_list::parse(list);
+    seen_traffic t;
+    t.job = "agent";
+    seen_request a = http("wiki.example.net", 80, "GET", seen_outcome::allowed, 2);
+    a.address = "10.20.0.5";
+    seen_request b = http("wiki.example.net", 8080, "POST", seen_outcome::would_deny, 1);
+    b.reason = "port";
+    b.address = "10.20.0.6";
+    t.requests = {a, b};
+    const suggestion s = suggest(t, psl, {});
+    REQUIRE(s.rules.size() == 1);
+    CHECK(s.rules[0].ports == std::vector<std::uint16_t>{80, 8080});
+    CHECK(s.rules[0].methods == std::vector<std::string>{"GET", "POST"});
+    CHECK(s.rules[0].resolves_to == std::vector<std::string>{"10.20.0.5/32", "10.20.0.6/32"});
+    const auto p = as_policy(s, "agent");
+    const replay_result r = replay(t, *p);
+    CHECK(r.newly_denied.empty());
+    CHECK(r.count(r.newly_allowed) == 1);
+}
