@@ -154,3 +154,41 @@ TEST_CASE("audit traffic: job names are compared as written, escapes and all",
     REQUIRE(t.requests.size() == 1);
     CHECK(t.requests[0].host == "a.example");
 }
+
+TEST_CASE("audit traffic: hostile lines (cut anywhere, bytes flipped) are survived",
+          "[audit_traffic]") {
+    traffic_query q;
+    q.job = "agent";
+    traffic_collector c(q);
+    traffic_stats stats;
+    std::size_t at = 0;
+    std::vector<std::string> samples;
+    while (at < lines.size()) {
+        const std::size_t nl = lines.find('\n', at);
+        samples.push_back(lines.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+        at = nl == std::string::npos ? lines.size() : nl + 1;
+    }
+    std::uint32_t seed = 12345;
+    const auto next = [&seed] {
+        seed = seed * 1664525u + 1013904223u;
+        return seed >> 8;
+    };
+    for (const std::string& s : samples) {
+        for (std::size_t cut = 0; cut <= s.size(); ++cut) {
+            c.add_line(std::string_view(s).substr(0, cut), stats);
+        }
+        for (int k = 0; k < 200; ++k) {
+            std::string m = s;
+            for (int f = 0; f < 3 && !m.empty(); ++f) {
+                m[next() % m.size()] = "\"\\{}[],: \x01\xff"[next() % 12];
+            }
+            c.add_line(m, stats);
+            c.scan(m, stats);
+        }
+    }
+    const config::seen_traffic t = c.finish();
+    for (const auto& r : t.requests) {
+        CHECK(r.port != 0);
+        CHECK_FALSE(r.host.empty());
+    }
+}
