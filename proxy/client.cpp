@@ -144,7 +144,9 @@ awaitable<body_result> stream_body(beast::tcp_stream& from, beast::flat_buffer& 
 }
 
 // The state of one client connection, visible to kills, revocations and reloads.
-class client_conn final : public live_connection {
+class client_conn final : public live_connection,
+                          public relay_owner,
+                          public std::enable_shared_from_this<client_conn> {
 public:
     client_conn(runtime& rt, worker& w, tcp::socket s)
         : rt_(rt), w_(w), client_(std::move(s)), upstream_(w.ioc), id_(rt.next_connection_id++) {
@@ -180,6 +182,19 @@ public:
     }
 
     awaitable<void> run();
+
+    // The tunnel has ended: account, close, log.
+    void relay_done(const relay_result& r) override {
+        request_state& st = tunnel_st_;
+        st.bytes_up += r.bytes_up;
+        st.bytes_down += r.bytes_down;
+        st.counted_up += r.bytes_up;
+        st.counted_down += r.bytes_down;
+        error_code ignored;
+        client_.socket().close(ignored);
+        upstream_.socket().close(ignored);
+        log_close(st, close_reason(r));
+    }
 
 private:
     struct request_state {
@@ -466,6 +481,15 @@ private:
         end_tunnel();
     }
 
+    // Hands the established tunnel to the callback relay; the caller's coroutine chain then
+    // ends (suspended frames would cost kilobytes per idle tunnel). The relay's pending
+    // operations keep this connection alive until relay_done has logged its close.
+    void start_relay(request_state&& st, relay_hooks hooks) {
+        tunnel_st_ = std::move(st);
+        relay_.emplace(w_, client_.socket(), upstream_.socket(), std::move(hooks));
+        relay_->start(shared_from_this(), *this);
+    }
+
     std::string close_reason(const relay_result& rr) const {
         if (!closed_by_.empty()) {
             return closed_by_;
@@ -537,6 +561,12 @@ private:
     worker& w_;
     beast::tcp_stream client_;
     beast::tcp_stream upstream_;
+    // Once a tunnel is established the coroutine chain ends and these carry it: the relay
+    // (callbacks), the request it logs at the end, and the policy snapshot its job (and so
+    // its budget) lives in.
+    std::optional<tunnel_relay> relay_;
+    request_state tunnel_st_;
+    std::shared_ptr<const config::compiled_policy> tunnel_policy_;
     std::uint64_t id_;
     std::string closed_by_;  // set when closed from outside: a kill, revocation, reload
     std::shared_ptr<session_usage> usage_;
@@ -711,7 +741,8 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
     relay_hooks hooks;
     hooks.idle_timeout = ps.idle_timeout;
     hooks.bytes = tunnel_metrics_;
-    hooks.allow_up = [&](std::size_t n) -> std::size_t {
+    tunnel_policy_ = policy;  // keeps `j` alive for the relay's budget checks
+    hooks.allow_up = [this, &j](std::size_t n) -> std::size_t {
         if (!usage_ || !j.limits.max_bytes_up) {
             return n;
         }
@@ -737,14 +768,10 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
         first.shrink_to_fit();
     }
     if (reason.empty()) {
-        const relay_result r =
-            co_await relay(w_, client_.socket(), upstream_.socket(), hooks);
-        st.bytes_up += r.bytes_up;
-        st.bytes_down += r.bytes_down;
-        st.counted_up += r.bytes_up;
-        st.counted_down += r.bytes_down;
-        reason = close_reason(r);
-    } else if (!closed_by_.empty()) {
+        start_relay(std::move(st), std::move(hooks));
+        co_return;
+    }
+    if (!closed_by_.empty()) {
         reason = closed_by_;
     }
     error_code ignored;
@@ -995,12 +1022,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         relay_hooks hooks;
         hooks.idle_timeout = ps.idle_timeout;
         hooks.bytes = tunnel_metrics_;
-        const relay_result r = co_await relay(w_, client_.socket(), upstream_.socket(), hooks);
-        st.bytes_up += r.bytes_up;
-        st.bytes_down += r.bytes_down;
-        st.counted_up += r.bytes_up;
-        st.counted_down += r.bytes_down;
-        log_close(st, close_reason(r));
+        start_relay(std::move(st), std::move(hooks));
         co_return false;
     }
     if (!keep) {
@@ -1109,10 +1131,11 @@ awaitable<void> serve_client(runtime& rt, worker& w, tcp::socket socket) {
         co_return;
     }
     socket.set_option(tcp::no_delay(true), ec);
-    client_conn c(rt, w, std::move(socket));
-    c.client_text_ = endpoint_text(remote);
-    c.client_ip_ = to_ip(remote.address());
-    co_await c.run();
+    // Shared: an established tunnel's relay keeps the connection alive after run() ends.
+    const auto c = std::make_shared<client_conn>(rt, w, std::move(socket));
+    c->client_text_ = endpoint_text(remote);
+    c->client_ip_ = to_ip(remote.address());
+    co_await c->run();
 }
 
 }  // namespace cordon::proxy

@@ -3,20 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <vector>
-
 namespace cordon::proxy {
 namespace {
 
-using namespace net::experimental::awaitable_operators;
 using steady = std::chrono::steady_clock;
-
-struct relay_state {
-    relay_result result;
-    steady::time_point last_activity = steady::now();
-    bool done_up = false;
-    bool done_down = false;
-};
 
 bool quiet_error(const error_code& ec) {
     return ec == net::error::operation_aborted || ec == net::error::bad_descriptor ||
@@ -24,110 +14,145 @@ bool quiet_error(const error_code& ec) {
            ec == net::error::broken_pipe || ec == net::error::not_connected;
 }
 
-// Writes `data` to `to`: at once while the socket takes it, then (only if it would block)
-// from a private copy, so the shared read buffer is free again when this returns.
-awaitable<error_code> write_all(tcp::socket& to, const char* data, std::size_t size) {
-    error_code ec;
-    std::size_t done = 0;
-    while (done < size) {
-        const std::size_t n = to.write_some(net::buffer(data + done, size - done), ec);
-        if (ec == net::error::would_block || ec == net::error::try_again) {
-            ec = {};
-            break;
-        }
-        if (ec) {
-            co_return ec;
-        }
-        done += n;
-    }
-    if (done < size) {
-        std::vector<char> rest(data + done, data + size);
-        auto [wec, n] = co_await net::async_write(to, net::buffer(rest), use_nothrow);
-        (void)n;
-        co_return wec;
-    }
-    co_return ec;
-}
-
-// Yields to the other connections of this thread every so often, so a bulk transfer that
-// always finds data waiting cannot starve them.
-constexpr int chunks_per_turn = 4;
-
 bool retry(const error_code& ec) {
     return ec == net::error::would_block || ec == net::error::try_again;
 }
 
-// A pipe for splice(2): bytes move socket -> pipe -> socket inside the kernel, with no copy
-// through user space. Opened while data flows and closed whenever the direction goes idle,
-// so an idle tunnel holds neither the pipe's descriptors nor its kernel buffer.
-class splice_pipe {
-public:
-    splice_pipe() = default;
-    splice_pipe(const splice_pipe&) = delete;
-    splice_pipe& operator=(const splice_pipe&) = delete;
-    ~splice_pipe() { close(); }
-
-    bool open() {
-        if (fds_[0] >= 0) {
-            return true;
-        }
-        if (::pipe2(fds_, O_NONBLOCK | O_CLOEXEC) != 0) {
-            fds_[0] = fds_[1] = -1;
-            return false;
-        }
-        ::fcntl(fds_[1], F_SETPIPE_SZ, 1 << 20);  // best effort; the default is 64 KiB
-        return true;
-    }
-    void close() {
-        for (int& fd : fds_) {
-            if (fd >= 0) {
-                ::close(fd);
-                fd = -1;
-            }
-        }
-        held = 0;
-    }
-    int read_end() const { return fds_[0]; }
-    int write_end() const { return fds_[1]; }
-    std::size_t held = 0;  ///< bytes in the pipe not yet passed on
-
-private:
-    int fds_[2] = {-1, -1};
-};
-
 error_code last_error() { return error_code(errno, boost::system::system_category()); }
 
-// One direction. `up` is client -> upstream.
-awaitable<void> pump(worker& w, tcp::socket& from, tcp::socket& to, bool up,
-                     const relay_hooks& hooks, relay_state& st) {
-    splice_pipe pipe;
-    bool use_splice = true;
-    int turn = 0;
-    auto fail = [&](const error_code& ec) {
-        if (!quiet_error(ec) && !st.result.error) {
-            st.result.error = ec;
+// Yields to the other connections of this thread every so often, so a bulk transfer that
+// always finds data waiting cannot starve them.
+constexpr int chunks_per_turn = 4;
+constexpr std::size_t splice_chunk = 256 * 1024;
+constexpr std::size_t bulk_read = 64 * 1024;
+
+}  // namespace
+
+tunnel_relay::tunnel_relay(worker& w, tcp::socket& client, tcp::socket& upstream,
+                           relay_hooks hooks)
+    : w_(w), client_(client), upstream_(upstream), hooks_(std::move(hooks)) {
+    up_.from = &client_;
+    up_.to = &upstream_;
+    up_.up = true;
+    down_.from = &upstream_;
+    down_.to = &client_;
+}
+
+tunnel_relay::~tunnel_relay() {
+    unlink();
+    close_pipe(up_);
+    close_pipe(down_);
+}
+
+pipe_pool::~pipe_pool() {
+    for (const auto& p : spare_) {
+        ::close(p[0]);
+        ::close(p[1]);
+    }
+}
+
+bool pipe_pool::take(int (&fds)[2]) {
+    if (!spare_.empty()) {
+        fds[0] = spare_.back()[0];
+        fds[1] = spare_.back()[1];
+        spare_.pop_back();
+        return true;
+    }
+    if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        fds[0] = fds[1] = -1;
+        return false;
+    }
+    ::fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);  // best effort; the default is 64 KiB
+    return true;
+}
+
+void pipe_pool::give(int (&fds)[2]) {
+    if (fds[0] < 0) {
+        return;
+    }
+    if (spare_.size() < max_spare) {
+        spare_.push_back({fds[0], fds[1]});
+    } else {
+        ::close(fds[0]);
+        ::close(fds[1]);
+    }
+    fds[0] = fds[1] = -1;
+}
+
+bool tunnel_relay::open_pipe(direction& d) {
+    return d.pipe[0] >= 0 || w_.pipes.take(d.pipe);
+}
+
+// Gives the pipe back whenever the direction goes idle, so an idle tunnel holds neither its
+// descriptors nor its kernel buffer. Only an empty pipe goes back to the pool.
+void tunnel_relay::close_pipe(direction& d) {
+    if (d.held == 0) {
+        w_.pipes.give(d.pipe);
+        return;
+    }
+    for (int& fd : d.pipe) {
+        if (fd >= 0) {
+            ::close(fd);
+            fd = -1;
         }
-        error_code ignored;
-        from.close(ignored);
-        to.close(ignored);
-    };
-    for (;;) {
-        if (++turn % chunks_per_turn == 0) {
-            co_await net::post(co_await net::this_coro::executor, net::use_awaitable);
+    }
+    d.held = 0;
+}
+
+void tunnel_relay::start(const keep_t& keep, relay_owner& owner) {
+    owner_ = &owner;
+    error_code ec;
+    client_.non_blocking(true, ec);
+    upstream_.non_blocking(true, ec);
+    last_activity_ = steady::now();
+    link();
+    pump(up_, keep);
+    pump(down_, keep);
+}
+
+void tunnel_relay::note(const error_code& ec) {
+    if (!quiet_error(ec) && !result_.error) {
+        result_.error = ec;
+    }
+}
+
+// A reset or a failed write on one side ends both.
+void tunnel_relay::fail(const error_code& ec) {
+    note(ec);
+    error_code ignored;
+    client_.close(ignored);
+    upstream_.close(ignored);
+}
+
+void tunnel_relay::end(direction& d) {
+    close_pipe(d);
+    d.rest.clear();
+    d.rest.shrink_to_fit();
+    d.done = true;
+    if (up_.done && down_.done && !finished_) {
+        finished_ = true;
+        unlink();
+        owner_->relay_done(result_);
+    }
+}
+
+// Reads first and waits for readability only when nothing is there: in a bulk transfer
+// data is usually waiting, and a reactor round trip per chunk would halve the rate.
+void tunnel_relay::pump(direction& d, const keep_t& keep) {
+    for (int chunk = 0; chunk < chunks_per_turn; ++chunk) {
+        if (!d.from->is_open() || !d.to->is_open()) {
+            end(d);
+            return;
         }
-        if (!from.is_open() || !to.is_open()) {
-            break;
-        }
-        // Read first; wait for readability only when nothing is there. In a bulk transfer
-        // data is usually waiting, and a reactor round trip per chunk would halve the rate.
         std::size_t n = 0;
         error_code ec;
-        if (use_splice && pipe.open()) {
-            const ssize_t r = ::splice(from.native_handle(), nullptr, pipe.write_end(), nullptr,
-                                       256 * 1024, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        bool spliced = true;
+        if (d.bulk && d.use_splice && open_pipe(d)) {
+            const ssize_t r = ::splice(d.from->native_handle(), nullptr, d.pipe[1], nullptr,
+                                       splice_chunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
             if (r < 0 && (errno == EINVAL || errno == ENOSYS)) {
-                use_splice = false;  // not spliceable here: copy through the buffer instead
-                pipe.close();
+                d.use_splice = false;  // not spliceable here: copy through the buffer instead
+                close_pipe(d);
                 continue;
             }
             if (r < 0) {
@@ -138,118 +163,190 @@ awaitable<void> pump(worker& w, tcp::socket& from, tcp::socket& to, bool up,
                 n = static_cast<std::size_t>(r);
             }
         } else {
-            n = from.read_some(net::buffer(w.relay_buffer), ec);
+            n = d.from->read_some(net::buffer(w_.relay_buffer), ec);
+            // A read this large means a backlog: bulk data, which splice moves cheaper
+            // than copies. Small exchanges (a TLS handshake, an API call) stay copied.
+            d.bulk = d.bulk || n >= bulk_read;
+            spliced = false;
         }
         if (retry(ec)) {
-            pipe.close();  // idle: give the pipe back
-            auto [wec] = co_await from.async_wait(tcp::socket::wait_read, use_nothrow);
-            if (wec) {
-                if (!quiet_error(wec) && !st.result.error) {
-                    st.result.error = wec;
+            close_pipe(d);  // idle: give the pipe back
+            d.from->async_wait(tcp::socket::wait_read, [this, &d, keep](const error_code& wec) {
+                if (wec) {
+                    note(wec);
+                    end(d);
+                    return;
                 }
-                break;
-            }
-            continue;
+                pump(d, keep);
+            });
+            return;
         }
         if (ec == net::error::eof) {
             // Pass the half-close on; the other direction keeps running.
             error_code ignored;
-            to.shutdown(tcp::socket::shutdown_send, ignored);
-            break;
+            d.to->shutdown(tcp::socket::shutdown_send, ignored);
+            end(d);
+            return;
         }
         if (ec) {
-            fail(ec);  // a reset on one side ends both
-            break;
+            fail(ec);
+            end(d);
+            return;
         }
-        std::size_t pass = n;
-        if (up && hooks.allow_up) {
-            pass = hooks.allow_up(n);
+        d.read = n;
+        d.pass = d.up && hooks_.allow_up ? hooks_.allow_up(n) : n;
+        d.spliced = spliced;
+        d.held = spliced ? n : 0;
+        d.left = d.pass;
+        last_activity_ = steady::now();
+        if (!send(d, keep) || !account(d)) {
+            return;
         }
-        st.last_activity = steady::now();
-        if (pass > 0 && use_splice) {
-            pipe.held = pass;
-            while (pipe.held > 0) {
-                const ssize_t m = ::splice(pipe.read_end(), nullptr, to.native_handle(), nullptr,
-                                           pipe.held, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-                if (m > 0) {
-                    pipe.held -= static_cast<std::size_t>(m);
-                    continue;
-                }
-                const error_code wec = m == 0 ? error_code(net::error::broken_pipe) : last_error();
-                if (!retry(wec)) {
-                    fail(wec);
-                    break;
-                }
-                // The bytes wait in the pipe, not in user memory, until `to` drains.
-                auto [aec] = co_await to.async_wait(tcp::socket::wait_write, use_nothrow);
+    }
+    net::post(w_.ioc, [this, &d, keep] { pump(d, keep); });
+}
+
+// Passes the chunk in hand on. True when it is all written; false when a write is pending
+// (its completion goes on with the direction) or the relay failed.
+bool tunnel_relay::send(direction& d, const keep_t& keep) {
+    if (d.spliced) {
+        while (d.left > 0) {
+            const ssize_t m = ::splice(d.pipe[0], nullptr, d.to->native_handle(), nullptr, d.left,
+                                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+            if (m > 0) {
+                d.left -= static_cast<std::size_t>(m);
+                d.held -= static_cast<std::size_t>(m);
+                continue;
+            }
+            const error_code wec = m == 0 ? error_code(net::error::broken_pipe) : last_error();
+            if (!retry(wec)) {
+                fail(wec);
+                end(d);
+                return false;
+            }
+            // The bytes wait in the pipe, not in user memory, until `to` drains.
+            d.to->async_wait(tcp::socket::wait_write, [this, &d, keep](const error_code& aec) {
                 if (aec) {
                     fail(aec);
-                    break;
+                    end(d);
+                    return;
                 }
-            }
-            if (pipe.held > 0) {
-                break;
-            }
-        } else if (pass > 0) {
-            const error_code wr = co_await write_all(to, w.relay_buffer.data(), pass);
-            if (wr) {
-                fail(wr);
-                break;
-            }
+                if (send(d, keep) && account(d)) {
+                    pump(d, keep);
+                }
+            });
+            return false;
         }
-        (up ? st.result.bytes_up : st.result.bytes_down) += pass;
-        if (hooks.bytes != nullptr) {
-            hooks.bytes->count_bytes(up, pass);
-        }
-        if (pass < n) {
-            st.result.budget = true;
-            error_code ignored;
-            from.close(ignored);
-            to.close(ignored);
+        return true;
+    }
+    // Copy path: write at once while the socket takes it; only a remainder that would block
+    // is copied out of the shared buffer, which is then free for the next chunk.
+    std::size_t done = 0;
+    while (done < d.pass) {
+        error_code ec;
+        const std::size_t n =
+            d.to->write_some(net::buffer(w_.relay_buffer.data() + done, d.pass - done), ec);
+        if (retry(ec)) {
             break;
         }
-    }
-    (up ? st.done_up : st.done_down) = true;
-}
-
-// Closes both sockets once nothing has moved for the idle timeout.
-awaitable<void> watchdog(tcp::socket& a, tcp::socket& b, std::chrono::milliseconds idle,
-                         relay_state& st) {
-    net::steady_timer timer(co_await net::this_coro::executor);
-    for (;;) {
-        const auto deadline = st.last_activity + idle;
-        if (steady::now() >= deadline) {
-            st.result.idle = true;
-            error_code ignored;
-            a.close(ignored);
-            b.close(ignored);
-            co_return;
-        }
-        timer.expires_at(deadline);
-        auto [ec] = co_await timer.async_wait(use_nothrow);
         if (ec) {
-            co_return;  // cancelled: the relay finished
+            fail(ec);
+            end(d);
+            return false;
+        }
+        done += n;
+    }
+    if (done == d.pass) {
+        return true;
+    }
+    d.rest.assign(w_.relay_buffer.data() + done, w_.relay_buffer.data() + d.pass);
+    net::async_write(*d.to, net::buffer(d.rest),
+                     [this, &d, keep](const error_code& wec, std::size_t) {
+                         d.rest.clear();
+                         d.rest.shrink_to_fit();
+                         if (wec) {
+                             fail(wec);
+                             end(d);
+                             return;
+                         }
+                         if (account(d)) {
+                             pump(d, keep);
+                         }
+                     });
+    return false;
+}
+
+// Counts the chunk just passed on; false when the budget ended the relay.
+bool tunnel_relay::account(direction& d) {
+    (d.up ? result_.bytes_up : result_.bytes_down) += d.pass;
+    if (hooks_.bytes != nullptr) {
+        hooks_.bytes->count_bytes(d.up, d.pass);
+    }
+    if (d.pass < d.read) {
+        result_.budget = true;
+        error_code ignored;
+        client_.close(ignored);
+        upstream_.close(ignored);
+        end(d);
+        return false;
+    }
+    return true;
+}
+
+void tunnel_relay::link() {
+    next_ = w_.relays;
+    if (next_ != nullptr) {
+        next_->prev_ = this;
+    }
+    w_.relays = this;
+    linked_ = true;
+    arm_sweep(w_);
+}
+
+void tunnel_relay::unlink() {
+    if (!linked_) {
+        return;
+    }
+    (prev_ != nullptr ? prev_->next_ : w_.relays) = next_;
+    if (next_ != nullptr) {
+        next_->prev_ = prev_;
+    }
+    prev_ = next_ = nullptr;
+    linked_ = false;
+}
+
+// Idle timeouts are minutes in practice (seconds in tests): a sweep every quarter second
+// ends an idle tunnel at most that late, for one timer wake-up per worker.
+constexpr auto sweep_period = std::chrono::milliseconds(250);
+
+void tunnel_relay::arm_sweep(worker& w) {
+    if (w.sweep_armed || w.relays == nullptr) {
+        return;
+    }
+    w.sweep_armed = true;
+    w.idle_sweep.expires_after(sweep_period);
+    w.idle_sweep.async_wait([&w](const error_code& ec) {
+        w.sweep_armed = false;
+        if (!ec) {
+            sweep(w);
+        }
+    });
+}
+
+// Closes both sockets of every tunnel nothing has moved on for its idle timeout; their
+// directions then end as for any close. Closing completes nothing inline, so the list
+// stays as it is while this walks it.
+void tunnel_relay::sweep(worker& w) {
+    const auto now = steady::now();
+    for (tunnel_relay* r = w.relays; r != nullptr; r = r->next_) {
+        if (!r->result_.idle && now >= r->last_activity_ + r->hooks_.idle_timeout) {
+            r->result_.idle = true;
+            error_code ignored;
+            r->client_.close(ignored);
+            r->upstream_.close(ignored);
         }
     }
-}
-
-awaitable<void> both(worker& w, tcp::socket& client, tcp::socket& upstream,
-                     const relay_hooks& hooks, relay_state& st) {
-    co_await (pump(w, client, upstream, true, hooks, st) &&
-              pump(w, upstream, client, false, hooks, st));
-}
-
-}  // namespace
-
-awaitable<relay_result> relay(worker& w, tcp::socket& client, tcp::socket& upstream,
-                              const relay_hooks& hooks) {
-    relay_state st;
-    error_code ec;
-    client.non_blocking(true, ec);
-    upstream.non_blocking(true, ec);
-    co_await (both(w, client, upstream, hooks, st) ||
-              watchdog(client, upstream, hooks.idle_timeout, st));
-    co_return st.result;
+    arm_sweep(w);
 }
 
 }  // namespace cordon::proxy

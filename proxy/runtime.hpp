@@ -2,6 +2,7 @@
 // The daemon's shared state: the policy pointer, sessions, audit, the data-plane workers
 // and the live connections kills and reloads act on. Internal to proxy/ (heavy: Asio).
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -55,6 +56,27 @@ public:
     std::string method;
 };
 
+/// Empty splice pipes the worker's tunnels gave back when they went idle, for the next
+/// burst of bulk data: creating and sizing a pipe costs four syscalls and a kernel
+/// allocation, and an idle tunnel should hold none. Bounded; closes what it holds.
+class pipe_pool {
+public:
+    pipe_pool() = default;
+    pipe_pool(const pipe_pool&) = delete;
+    pipe_pool& operator=(const pipe_pool&) = delete;
+    ~pipe_pool();
+    /// A pipe {read end, write end}, non-blocking, from the pool or new; false if none.
+    bool take(int (&fds)[2]);
+    /// Gives an empty pipe back (closed when the pool is full); fds become -1.
+    void give(int (&fds)[2]);
+
+private:
+    static constexpr std::size_t max_spare = 64;
+    std::vector<std::array<int, 2>> spare_;
+};
+
+class tunnel_relay;
+
 /// One data-plane thread: its io_context, resolver, relay buffer and live connections.
 struct worker {
     explicit worker(std::size_t i) : index(i) {}
@@ -63,14 +85,20 @@ struct worker {
     // resolver, which holds descriptors on the io_context, goes before the io_context.
     std::size_t index;
     std::unordered_map<std::uint64_t, live_connection*> live;
+    tunnel_relay* relays = nullptr;  ///< established tunnels, for the idle sweep
     /// Shared by every tunnel of this thread: a relay reads into it and writes out at once;
     /// only a write that would block copies its remainder to the tunnel. So idle tunnels
     /// hold no buffer.
     std::vector<char> relay_buffer = std::vector<char>(256 * 1024);
+    pipe_pool pipes;
     net::io_context ioc{1};
     /// Keeps run() going when the acceptor closes and no connection is left, so that
     /// shutdown can still post work here; released by ioc.stop() at the very end.
     net::executor_work_guard<net::io_context::executor_type> keep_running{ioc.get_executor()};
+    /// The idle watchdog of this thread's established tunnels (`relays`): one timer
+    /// sweeping an intrusive list (proxy/relay.cpp), not a timer and a wait per tunnel.
+    net::steady_timer idle_sweep{ioc};
+    bool sweep_armed = false;
     std::unique_ptr<dns::resolver> resolver;
     std::thread thread;
 };
