@@ -203,7 +203,7 @@ bool read(const options& o, const proxy::traffic_query& q, const std::string& di
     }
     if (stats.bad_target > 0) {
         std::cerr << "cordon policy: " << stats.bad_target
-                  << " records with a target that is not host:port were skipped\n";
+                  << " records with an unusable target or method were skipped\n";
     }
     if (!error.empty()) {
         std::cerr << "cordon policy: " << error << '\n';

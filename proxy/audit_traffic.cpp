@@ -57,6 +57,16 @@ kind_of_event event_kind(std::string_view e) {
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
+// RFC 3339 as the audit writer puts it ("2026-11-29T15:20:18.123Z"); the value is compared
+// as text and printed in summaries, so nothing else (no control bytes) gets through.
+bool plausible_ts(std::string_view ts) {
+    return ts.size() >= 20 && ts.size() <= 40 && ts[4] == '-' &&
+           std::all_of(ts.begin(), ts.end(), [](char c) {
+               return (c >= '0' && c <= '9') || c == '-' || c == ':' || c == '.' || c == '+' ||
+                      c == 'T' || c == 'Z' || c == 't' || c == 'z';
+           });
+}
+
 // A flat walk over one JSON object: keys and values of the top level, nested values
 // skipped with their brackets counted (strings inside them respected). Allocation-free.
 // Stops early (skip) once the event is known not to be wanted.
@@ -213,7 +223,15 @@ scan_result scan_fields(std::string_view s, fields& f) {
         }
         return scan_result::malformed;
     }
-    return event_seen && !f.ts.empty() ? scan_result::ok : scan_result::malformed;
+    return event_seen && plausible_ts(f.ts) ? scan_result::ok : scan_result::malformed;
+}
+
+// An HTTP method as the proxy forwards them (a token of upper-case letters, '-', '_'); the
+// file is hostile: anything else is not a request this reader counts.
+bool plausible_method(std::string_view m) {
+    return !m.empty() && m.size() <= 32 && std::all_of(m.begin(), m.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
+    });
 }
 
 // Queries a dns.* line stands for: one, or its `repeats` (docs/dns.md: a line with
@@ -325,13 +343,15 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         // Records before conn.deny carried a method are CONNECTs as far as can be told.
         r.kind = f.method.empty() || f.method == "CONNECT" ? config::request_kind::connect
                                                             : config::request_kind::http;
+        const bool method_ok = r.kind == config::request_kind::connect ||
+                               plausible_method(f.method);
         if (r.kind == config::request_kind::http) {
             r.method = std::string(f.method);
         }
         const target_result t = f.target.find('\\') == std::string_view::npos
                                     ? parse_connect_target(f.target)
                                     : target_result{};
-        if (!t.value) {
+        if (!t.value || !method_ok) {
             e.skip = true;
         } else {
             r.port = t.value->port;

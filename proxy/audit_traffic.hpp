@@ -30,7 +30,7 @@ struct traffic_stats {
     std::uint64_t lines = 0;      ///< lines of the job read
     std::uint64_t used = 0;       ///< records counted (conn.open, conn.deny, dns.*)
     std::uint64_t malformed = 0;  ///< lines of the job that were not audit JSON objects
-    std::uint64_t bad_target = 0; ///< records whose target was not a host:port
+    std::uint64_t bad_target = 0; ///< records whose target (or HTTP method) was unusable
 };
 
 /// Counts the records of one job, line by line. Not thread-safe.

@@ -2,8 +2,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "config/load.hpp"
+#include "config/public_suffix.hpp"
+#include "config/replay.hpp"
+#include "config/suggest.hpp"
 #include "proxy/audit_timeline.hpp"  // parse_time_arg
 
 using namespace cordon;
@@ -190,5 +196,56 @@ TEST_CASE("audit traffic: hostile lines (cut anywhere, bytes flipped) are surviv
     for (const auto& r : t.requests) {
         CHECK(r.port != 0);
         CHECK_FALSE(r.host.empty());
+    }
+}
+
+// The property the verbs promise, on hostile input: whatever a (damaged) audit file holds,
+// the suggested section loads as a job card and replaying it denies nothing it was learned
+// from.
+TEST_CASE("audit traffic -> suggest -> replay on damaged fixture files", "[audit_traffic]") {
+    const auto slurp = [](const std::string& path) {
+        std::ifstream in(path, std::ios::binary);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    };
+    const std::string fixture = slurp(std::string(CORDON_TEST_DATA) +
+                                      "/../fixtures/policy_learn/audit/cordon-2026-11-29.jsonl");
+    REQUIRE(fixture.size() > 1000);
+    const std::string list = slurp(std::string(config::default_public_suffix_path));
+    REQUIRE_FALSE(list.empty());
+    const auto psl = config::public_suffix_list::parse(list);
+    static const char pool[] = "\"\\{}[],: \x01\xff\nab.0:";
+    std::uint32_t seed = 7;
+    const auto next = [&seed] {
+        seed = seed * 1664525u + 1013904223u;
+        return seed >> 8;
+    };
+    for (int round = 0; round < 300; ++round) {
+        std::string m = fixture;
+        for (int f = 0; f < round % 40; ++f) {
+            m[next() % m.size()] = pool[next() % (sizeof pool)];  // NUL included
+        }
+        m.resize(next() % (m.size() + 1));
+        traffic_query q;
+        q.job = "research";
+        traffic_collector c(q);
+        traffic_stats stats;
+        c.scan(m, stats);
+        const config::seen_traffic t = c.finish();
+        const config::suggestion s = config::suggest(t, psl, {std::size_t(round % 5)});
+        std::string text = "listen: { proxy: 127.0.0.1:3128 }\njobs:\n  research:\n    task: t\n";
+        const std::string yaml = config::render_yaml(s);
+        for (std::size_t at = 0; at < yaml.size();) {
+            const std::size_t nl = yaml.find('\n', at);
+            text += "    " + yaml.substr(at, nl - at) + "\n";
+            at = nl + 1;
+        }
+        config::load_result lr = config::load_policy(text, "suggested.yaml");
+        INFO(text);
+        REQUIRE(lr.ok());
+        const auto p = config::compile(std::move(*lr.value));
+        const config::replay_result r = config::replay(t, *p);
+        CHECK(r.newly_denied.empty());
     }
 }
