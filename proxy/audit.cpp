@@ -182,7 +182,6 @@ void append_json_string(std::string& out, std::string_view s) {
 audit_record::audit_record(std::string_view event, wall_clock::time_point ts)
     : event_(event), ts_(ts) {
     body_.reserve(320);
-    starts_.reserve(12);
 }
 
 std::size_t audit_record::begin_field(std::string_view key) {
@@ -208,21 +207,26 @@ audit_record& audit_record::end_field(std::size_t at) {
     }
     const std::size_t key_len = q + 1 - at;
     const std::string_view fresh(body_.data() + at, key_len + 1);
-    for (std::size_t i = 0; i < starts_.size(); ++i) {
-        const std::size_t s = starts_[i];
+    for (std::size_t i = 0; i < count_; ++i) {
+        const std::size_t s = start(i);
         if (std::string_view(body_).substr(s, key_len + 1) != fresh) {
             continue;
         }
-        const std::size_t end = i + 1 < starts_.size() ? starts_[i + 1] : at;
+        const std::size_t end = i + 1 < count_ ? start(i + 1) : at;
         const std::string field = body_.substr(at);
         body_.resize(at);
         body_.replace(s, end - s, field);
-        for (std::size_t k = i + 1; k < starts_.size(); ++k) {
-            starts_[k] = static_cast<std::uint32_t>(starts_[k] + field.size() - (end - s));
+        for (std::size_t k = i + 1; k < count_; ++k) {
+            start(k) = static_cast<std::uint32_t>(start(k) + field.size() - (end - s));
         }
         return *this;
     }
-    starts_.push_back(static_cast<std::uint32_t>(at));
+    if (count_ < inline_starts) {
+        starts_[count_] = static_cast<std::uint32_t>(at);
+    } else {
+        more_starts_.push_back(static_cast<std::uint32_t>(at));
+    }
+    ++count_;
     return *this;
 }
 
@@ -589,24 +593,24 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
         }
         std::size_t last = first;
         bytes.clear();
-        std::string line;  // one buffer for every line of the batch
+        bytes.reserve((batch.size() - first) * 256);
         while (last < batch.size() && day_of(batch[last].ts()) == day) {
-            line.clear();
-            batch[last].append_json_line(line);
-            const std::uint64_t would = fd_size_ + bytes.size() + line.size();
-            if (would > opts_.max_file_bytes && fd_size_ + bytes.size() > 0 &&
+            // Each line is built where it goes; `before` bytes precede it.
+            const std::size_t before = bytes.size();
+            batch[last].append_json_line(bytes);
+            const std::uint64_t would = fd_size_ + bytes.size();
+            if (would > opts_.max_file_bytes && fd_size_ + before > 0 &&
                 fd_part_ < max_audit_part) {
                 // The file is full: write what fits, then continue in the day's next part.
-                if (!bytes.empty() && !append(bytes, error)) {
+                if (before > 0 && !append(std::string_view(bytes).substr(0, before), error)) {
                     return fail();
                 }
                 first = last;
-                bytes.clear();
+                bytes.erase(0, before);
                 if (!open_part(day, fd_part_ + 1, error)) {
                     return fail();
                 }
             }
-            bytes.append(line);
             ++last;
         }
         if (!append(bytes, error)) {

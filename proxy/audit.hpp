@@ -75,7 +75,7 @@ public:
     const std::string& event() const noexcept { return event_; }
     wall_clock::time_point ts() const noexcept { return ts_; }
     /// Number of fields besides ts and event.
-    std::size_t size() const noexcept { return starts_.size(); }
+    std::size_t size() const noexcept { return count_; }
 
 private:
     // A field is serialised as it is added: begin_field appends `,"key":` to body_ (npos for
@@ -88,8 +88,16 @@ private:
 
     std::string event_;
     wall_clock::time_point ts_;
-    std::string body_;                   // `,"key":value` for each field, in order
-    std::vector<std::uint32_t> starts_;  // where each field begins in body_
+    // Where field i begins in body_: the first ones inline, no allocation for them.
+    std::uint32_t& start(std::size_t i) {
+        return i < inline_starts ? starts_[i] : more_starts_[i - inline_starts];
+    }
+
+    static constexpr std::size_t inline_starts = 16;
+    std::string body_;  // `,"key":value` for each field, in order
+    std::size_t count_ = 0;
+    std::uint32_t starts_[inline_starts] = {};
+    std::vector<std::uint32_t> more_starts_;
 };
 
 /// Where audit records go. Implementations: the file log below, and a fake in tests.

@@ -180,18 +180,20 @@ std::size_t write_now(tcp::socket& s, const Buffers& buffers, error_code& ec) {
     }
 }
 
-// write_now, then an asynchronous write (bounded by `idle`) for what the socket did not take.
+// Writes `buffers` but their first `done` bytes: write_now, then an asynchronous write
+// (bounded by `idle`) for what the socket did not take. Returns the bytes it wrote.
 template <class Buffers>
 awaitable<std::tuple<error_code, std::size_t>> write_all(beast::tcp_stream& to,
                                                          const Buffers& buffers,
-                                                         std::chrono::milliseconds idle) {
+                                                         std::chrono::milliseconds idle,
+                                                         std::size_t done) {
+    beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(done);
     error_code ec;
-    const std::size_t now = write_now(to.socket(), buffers, ec);
-    const std::size_t total = net::buffer_size(buffers);
-    if (ec || now == total) {
+    const std::size_t now = write_now(to.socket(), rest, ec);
+    if (ec || now == net::buffer_size(rest)) {
         co_return std::tuple<error_code, std::size_t>{ec, now};
     }
-    beast::buffers_suffix<Buffers> rest(buffers);
     rest.consume(now);
     to.expires_after(idle);
     auto [wec, wn] = co_await net::async_write(to, rest, use_nothrow);
@@ -206,19 +208,22 @@ awaitable<std::tuple<error_code, std::size_t>> write_all(beast::tcp_stream& to,
 // first body bytes when they are already buffered (one write for a small message). Memory
 // stays flat whatever the size. `accept_chunk`, when set, may refuse a chunk before it is
 // written.
+constexpr std::size_t body_window_size = 16 * 1024;
+
 template <class Parser>
 awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buffer& from_buffer,
                                        Parser& p, http::buffer_body::value_type& body,
                                        beast::tcp_stream& to, std::string_view head,
                                        bool chunked, std::chrono::milliseconds idle,
-                                       const std::function<bool(std::size_t)>* accept_chunk) {
+                                       const std::function<bool(std::size_t)>* accept_chunk,
+                                       char* window) {
     body_result r;
-    char chunk[16 * 1024];
+    char* const chunk = window;  // body_window_size bytes, the connection's
     p.eager(true);
     if (!p.is_done() && from_buffer.size() == 0) {
         // Nothing of the body here yet: the head goes now, not when the body comes.
         const net::const_buffer head_only = net::buffer(head);
-        auto [hec, hn] = co_await write_all(to, head_only, idle);
+        auto [hec, hn] = co_await write_all(to, head_only, idle, 0);
         r.written += hn;
         head = {};
         r.head_sent = !hec;
@@ -230,7 +235,7 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
     }
     for (;;) {
         body.data = chunk;
-        body.size = sizeof chunk;
+        body.size = body_window_size;
         bool read_failed = false;
         while (!p.is_done() && body.size > 0) {
             if (from_buffer.size() > 0) {
@@ -248,7 +253,7 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
                     continue;
                 }
             }
-            if (body.size < sizeof chunk) {
+            if (body.size < body_window_size) {
                 break;  // pass on what came before waiting for more
             }
             const std::size_t room = std::min<std::size_t>(
@@ -275,7 +280,7 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
             r.end = body_end::read_error;
             break;
         }
-        const std::size_t got = sizeof chunk - body.size;
+        const std::size_t got = body_window_size - body.size;
         if (got > 0 && accept_chunk != nullptr && *accept_chunk && !(*accept_chunk)(got)) {
             r.end = body_end::refused;
             break;
@@ -298,7 +303,15 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
             net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
             net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
         if (net::buffer_size(out) > 0) {
-            auto [wec, wn] = co_await write_all(to, out, idle);
+            // Written at once when the socket takes it all (the common case: no coroutine
+            // frame, no timer); otherwise the rest waits, bounded by `idle`.
+            error_code wec;
+            std::size_t wn = write_now(to.socket(), out, wec);
+            if (!wec && wn < net::buffer_size(out)) {
+                auto [aec, an] = co_await write_all(to, out, idle, wn);
+                wec = aec;
+                wn += an;
+            }
             r.written += wn;
             r.head_sent = r.head_sent || !wec || wn >= head.size();
             head = {};
@@ -719,7 +732,6 @@ private:
     awaitable<bool> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
     awaitable<bool> handle_forward(http::request_parser<http::buffer_body>& parser,
                                    beast::flat_buffer& buffer);
-    awaitable<bool> check_request(const http::request_header<>& h, std::string_view raw_head);
 
 public:
     std::string client_text_;
@@ -737,6 +749,15 @@ private:
     bool holds_slot_ = false;
     std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
+    // Bodies pass through here on their way (one direction at a time), allocated by the
+    // first forwarded request and kept for the next ones; CONNECT never needs it.
+    char* body_window() {
+        if (!body_window_) {
+            body_window_ = std::make_unique<char[]>(body_window_size);
+        }
+        return body_window_.get();
+    }
+    std::unique_ptr<char[]> body_window_;
     std::string out_head_;  // the head being forwarded, reused by every request
     // The audit text of the last rule an HTTP request matched, with the snapshot it is in.
     const config::egress_rule* described_rule_ = nullptr;
@@ -746,15 +767,13 @@ private:
     error_code ignored_;
 };
 
-// Smuggling and framing checks on a parsed request head: each failure answers 400 and
-// closes. Returns true when the request may proceed.
-awaitable<bool> client_conn::check_request(const http::request_header<>& h,
-                                           std::string_view raw_head) {
+// Smuggling and framing checks on a parsed request head. Returns why the request is refused
+// (answered 400, then closed), or nothing when it may proceed.
+std::string_view request_refusal(const http::request_header<>& h, std::string_view raw_head) {
     // Obsolete line folding: a header line starting with space or tab.
     if (raw_head.find("\r\n ") != std::string_view::npos ||
         raw_head.find("\r\n\t") != std::string_view::npos) {
-        co_await deny(400, deny_reason::bad_request, "", "obsolete header line folding");
-        co_return false;
+        return "obsolete header line folding";
     }
     const auto cl = std::count_if(h.begin(), h.end(), [](const auto& f) {
         return f.name() == http::field::content_length;
@@ -763,20 +782,15 @@ awaitable<bool> client_conn::check_request(const http::request_header<>& h,
         return f.name() == http::field::transfer_encoding;
     });
     if (cl > 1) {
-        co_await deny(400, deny_reason::bad_request, "", "more than one Content-Length");
-        co_return false;
+        return "more than one Content-Length";
     }
     if (cl > 0 && te > 0) {
-        co_await deny(400, deny_reason::bad_request, "",
-                      "both Content-Length and Transfer-Encoding");
-        co_return false;
+        return "both Content-Length and Transfer-Encoding";
     }
     if (te > 1 || (te == 1 && !beast::iequals(h[http::field::transfer_encoding], "chunked"))) {
-        co_await deny(400, deny_reason::bad_request, "",
-                      "only a single Transfer-Encoding: chunked is accepted");
-        co_return false;
+        return "only a single Transfer-Encoding: chunked is accepted";
     }
-    co_return true;
+    return {};
 }
 
 awaitable<bool> client_conn::check_sni(const std::string& want, std::vector<std::uint8_t>& hello) {
@@ -1105,7 +1119,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         const std::string_view request_head = out;
         const body_result b = co_await forward_message(
             client_, buffer, parser, req.body(), upstream_, request_head, parser.chunked(),
-            ps.idle_timeout, &within_budget);
+            ps.idle_timeout, &within_budget, body_window());
         st.bytes_up += b.written;
         if (b.end != body_end::done) {
             reason = b.end == body_end::refused      ? "budget"
@@ -1147,7 +1161,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         append_end_to_end_lines(out, rp_holder->field_lines(), field_filter{});
         out.append("\r\n");
         const net::const_buffer interim_head = net::buffer(out);
-        auto [wec, wn] = co_await write_all(client_, interim_head, ps.idle_timeout);
+        auto [wec, wn] = co_await write_all(client_, interim_head, ps.idle_timeout, 0);
         st.bytes_down += wn;
         if (wec) {
             rhec = wec;
@@ -1182,7 +1196,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     out.append("\r\n");
     if (switching) {
         const net::const_buffer switching_head = net::buffer(out);
-        auto [hec, hn] = co_await write_all(client_, switching_head, ps.idle_timeout);
+        auto [hec, hn] = co_await write_all(client_, switching_head, ps.idle_timeout, 0);
         st.bytes_down += hn;
         if (hec) {
             log_close(st, !closed_by_.empty() ? closed_by_ : "client_error");
@@ -1192,7 +1206,8 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         const std::string_view response_head = out;
         const body_result b =
             co_await forward_message(upstream_, upstream_buffer_, rp, rp.body, client_,
-                                     response_head, rp.chunked(), ps.idle_timeout, nullptr);
+                                     response_head, rp.chunked(), ps.idle_timeout, nullptr,
+                                     body_window());
         st.bytes_down += b.written;
         if (b.end != body_end::done) {
             reason = b.end == body_end::write_error ? "client_error"
@@ -1270,7 +1285,9 @@ awaitable<void> client_conn::run() {
             co_await deny(400, deny_reason::bad_request, "", msg);
             co_return;
         }
-        if (!co_await check_request(parser.get().base(), head)) {
+        if (const std::string_view refusal = request_refusal(parser.get().base(), head);
+            !refusal.empty()) {
+            co_await deny(400, deny_reason::bad_request, "", refusal);
             co_return;
         }
         buffer.consume(head_len);

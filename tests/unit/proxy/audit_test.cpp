@@ -224,6 +224,25 @@ TEST_CASE("audit: replacing fields of every kind keeps the others in place", "[a
     CHECK(batch == "x" + r.to_json_line());
 }
 
+TEST_CASE("audit: many fields, replaced past the first sixteen", "[audit]") {
+    audit_record r("e", fixed_ts);
+    std::string want = R"({"ts":"2026-11-29T15:20:18.123Z","event":"e")";
+    for (int i = 0; i < 40; ++i) {
+        r.add("f" + std::to_string(i), i);
+    }
+    for (int i = 0; i < 40; i += 3) {
+        r.add("f" + std::to_string(i), "v" + std::to_string(i));
+    }
+    for (int i = 0; i < 40; ++i) {
+        want += ",\"f" + std::to_string(i) + "\":" +
+                (i % 3 == 0 ? "\"v" + std::to_string(i) + "\"" : std::to_string(i));
+    }
+    CHECK(r.size() == 40);
+    CHECK(r.to_json_line() == want + "}\n");
+    audit_record moved = std::move(r);
+    CHECK(moved.to_json_line() == want + "}\n");
+}
+
 TEST_CASE("audit: a value seen before is redacted the same way again", "[audit]") {
     // The per-thread memory of clean values must never let a secret through: the same
     // strings in clean and secret-bearing forms, added repeatedly, in both kinds of field.
