@@ -1157,7 +1157,8 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
             break;
         }
         out.clear();
-        out.append(rp_holder->status_line());
+        out.append("HTTP/1.1");  // as before: an interim answer goes out as HTTP/1.1
+        out.append(rp_holder->status_line().substr(8));
         append_end_to_end_lines(out, rp_holder->field_lines(), field_filter{});
         out.append("\r\n");
         const net::const_buffer interim_head = net::buffer(out);
