@@ -606,8 +606,8 @@ private:
         auto r = rt_.record("conn.open");
         add_identity(r);
         r.add("target", st.target_text).add("ip", st.ip).add("method", method);
-        if (st.decision.rule != nullptr && st.decision.rule == described_rule_) {
-            r.add("rule", described_);
+        if (st.decision.rule != nullptr && fwd_ && st.decision.rule == fwd_->described_rule) {
+            r.add("rule", fwd_->described);
         } else if (st.decision.rule != nullptr) {
             r.add("rule", st.decision.rule->describe());
         }
@@ -749,21 +749,24 @@ private:
     bool holds_slot_ = false;
     std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
-    // Bodies pass through here on their way (one direction at a time), allocated by the
-    // first forwarded request and kept for the next ones; CONNECT never needs it.
-    char* body_window() {
-        if (!body_window_) {
-            body_window_ = std::make_unique<char[]>(body_window_size);
+    // What only HTTP forwarding needs, allocated by the first forwarded request and kept
+    // for the next ones: a tunnel carries one pointer of it, not buffers.
+    struct forward_state {
+        char window[body_window_size];  // bodies pass here, one direction at a time
+        std::string out_head;           // the head being forwarded
+        std::string in_head;            // the upstream's status line and fields
+        // The audit text of the last rule a request matched, with the snapshot it is in.
+        const config::egress_rule* described_rule = nullptr;
+        std::shared_ptr<const config::compiled_policy> described_policy;
+        std::string described;
+    };
+    forward_state& fwd() {
+        if (!fwd_) {
+            fwd_ = std::make_unique<forward_state>();
         }
-        return body_window_.get();
+        return *fwd_;
     }
-    std::unique_ptr<char[]> body_window_;
-    std::string out_head_;  // the head being forwarded, reused by every request
-    // The audit text of the last rule an HTTP request matched, with the snapshot it is in.
-    const config::egress_rule* described_rule_ = nullptr;
-    std::shared_ptr<const config::compiled_policy> described_policy_;
-    std::string described_;
-    std::string in_head_;   // the upstream's status line and fields, reused
+    std::unique_ptr<forward_state> fwd_;
     error_code ignored_;
 };
 
@@ -1043,13 +1046,14 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     if (!session.empty()) {
         usage_ = rt_.usage_for(session);
     }
-    if (st.decision.rule != described_rule_ || policy != described_policy_) {
+    forward_state& fs = fwd();
+    if (st.decision.rule != fs.described_rule || policy != fs.described_policy) {
         // Described once per rule, not per request: keep-alive requests mostly match the
         // rule the one before matched. The snapshot held keeps the rule (and with it the
         // meaning of the pointer) alive.
-        described_ = st.decision.rule != nullptr ? st.decision.rule->describe() : std::string();
-        described_rule_ = st.decision.rule;
-        described_policy_ = policy;
+        fs.described = st.decision.rule != nullptr ? st.decision.rule->describe() : std::string();
+        fs.described_rule = st.decision.rule;
+        fs.described_policy = policy;
     }
     log_open(st);
     begin_tunnel();
@@ -1082,7 +1086,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     // The head as the client sent it, with the target in origin-form, HTTP/1.1, the
     // hop-by-hop fields cut out and Host from the URL; built in a buffer the connection
     // reuses.
-    std::string& out = out_head_;
+    std::string& out = fs.out_head;
     out.clear();
     out.append(req.method_string().data(), req.method_string().size());
     out.push_back(' ');
@@ -1119,7 +1123,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         const std::string_view request_head = out;
         const body_result b = co_await forward_message(
             client_, buffer, parser, req.body(), upstream_, request_head, parser.chunked(),
-            ps.idle_timeout, &within_budget, body_window());
+            ps.idle_timeout, &within_budget, fs.window);
         st.bytes_up += b.written;
         if (b.end != body_end::done) {
             reason = b.end == body_end::refused      ? "budget"
@@ -1141,7 +1145,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     error_code rhec;
     // Interim 1xx answers (but 101) go to the client as they come; then the final one.
     for (int interim = 0;; ++interim) {
-        rp_holder.emplace(in_head_);
+        rp_holder.emplace(fs.in_head);
         rp_holder->header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
         rp_holder->body_limit(boost::none);
         if (method == "HEAD") {
@@ -1208,7 +1212,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         const body_result b =
             co_await forward_message(upstream_, upstream_buffer_, rp, rp.body, client_,
                                      response_head, rp.chunked(), ps.idle_timeout, nullptr,
-                                     body_window());
+                                     fs.window);
         st.bytes_down += b.written;
         if (b.end != body_end::done) {
             reason = b.end == body_end::write_error ? "client_error"
