@@ -4,6 +4,7 @@
 #include "proxy/redact.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -55,12 +56,6 @@ int utf8_sequence(std::string_view s) {
         }
     }
     return need + 1;
-}
-
-std::string json_string(std::string_view s) {
-    std::string out;
-    append_json_string(out, s);
-    return out;
 }
 
 bool url_key(std::string_view key) {
@@ -129,6 +124,20 @@ void append_json_string(std::string& out, std::string_view s) {
     out.reserve(out.size() + s.size() + 2);
     out.push_back('"');
     while (!s.empty()) {
+        // A run of printable ASCII but '"' and '\\' goes across as it is, in one append.
+        std::size_t run = 0;
+        while (run < s.size()) {
+            const auto u = static_cast<unsigned char>(s[run]);
+            if (u < 0x20 || u >= 0x7f || u == '"' || u == '\\') {
+                break;
+            }
+            ++run;
+        }
+        if (run > 0) {
+            out.append(s.data(), run);
+            s.remove_prefix(run);
+            continue;
+        }
         const auto c = static_cast<unsigned char>(s[0]);
         const int len = utf8_sequence(s);
         if (len < 0) {
@@ -171,49 +180,145 @@ void append_json_string(std::string& out, std::string_view s) {
 // --- audit_record ---------------------------------------------------------------------------
 
 audit_record::audit_record(std::string_view event, wall_clock::time_point ts)
-    : event_(event), ts_(ts) {}
+    : event_(event), ts_(ts) {
+    body_.reserve(320);
+}
 
-audit_record& audit_record::put(std::string_view key, std::string json) {
+std::size_t audit_record::begin_field(std::string_view key) {
     if (key == "ts" || key == "event") {
+        return std::string::npos;
+    }
+    const std::size_t at = body_.size();
+    body_.push_back(',');
+    append_json_string(body_, key);
+    body_.push_back(':');
+    return at;
+}
+
+audit_record& audit_record::end_field(std::size_t at) {
+    if (at == std::string::npos) {
         return *this;
     }
-    for (auto& field : fields_) {
-        if (field.first == key) {
-            field.second = std::move(json);
-            return *this;
-        }
+    // The new field's `,"key":` (the key ends at its first unescaped quote, so a field with
+    // the same prefix and a ':' right after it has the same key).
+    std::size_t q = at + 2;  // past `,"`
+    while (body_[q] != '"') {
+        q += body_[q] == '\\' ? 2 : 1;
     }
-    fields_.emplace_back(std::string(key), std::move(json));
+    const std::size_t key_len = q + 1 - at;
+    const std::string_view fresh(body_.data() + at, key_len + 1);
+    for (std::size_t i = 0; i < count_; ++i) {
+        const std::size_t s = start(i);
+        if (std::string_view(body_).substr(s, key_len + 1) != fresh) {
+            continue;
+        }
+        const std::size_t end = i + 1 < count_ ? start(i + 1) : at;
+        const std::string field = body_.substr(at);
+        body_.resize(at);
+        body_.replace(s, end - s, field);
+        for (std::size_t k = i + 1; k < count_; ++k) {
+            start(k) = static_cast<std::uint32_t>(start(k) + field.size() - (end - s));
+        }
+        return *this;
+    }
+    if (count_ < inline_starts) {
+        starts_[count_] = static_cast<std::uint32_t>(at);
+    } else {
+        more_starts_.push_back(static_cast<std::uint32_t>(at));
+    }
+    ++count_;
     return *this;
+}
+
+audit_record& audit_record::put(std::string_view key, std::string_view json) {
+    const std::size_t at = begin_field(key);
+    if (at != std::string::npos) {
+        body_.append(json);
+    }
+    return end_field(at);
 }
 
 namespace {
 
 // Field names are a small fixed set (they are written in the code); remember each verdict
 // so a record does not re-derive it per field on the hot path (DNS writes one per query).
-bool secret_key(std::string_view key) {
-    thread_local std::vector<std::pair<std::string, bool>> memo;
+struct key_kind {
+    bool secret = false;
+    bool url = false;
+};
+
+key_kind kind_of_key(std::string_view key) {
+    thread_local std::vector<std::pair<std::string, key_kind>> memo;
     for (const auto& [k, v] : memo) {
         if (k == key) {
             return v;
         }
     }
-    const bool v = secret_field_name(key);
+    const key_kind v{secret_field_name(key), url_key(key)};
     if (memo.size() < 64) {
         memo.emplace_back(key, v);
     }
     return v;
 }
 
+bool secret_key(std::string_view key) { return kind_of_key(key).secret; }
+
+// Short values redaction leaves as they are, per thread (direct-mapped by hash): the same
+// job, client, target, method and address come back on every request of a connection, and
+// scanning them for secrets again each time is most of an audit record's cost. Only values
+// redaction did not change are kept, so nothing here is more secret than the log itself.
+class clean_values {
+public:
+    static constexpr std::size_t max_value = 128;
+    bool known(std::string_view v, bool url) const {
+        const auto& e = slots_[index(v, url)];
+        return e.used && e.url == url && e.value == v;
+    }
+    void remember(std::string_view v, bool url) {
+        auto& e = slots_[index(v, url)];
+        e.value.assign(v);
+        e.url = url;
+        e.used = true;
+    }
+
+private:
+    static std::size_t index(std::string_view v, bool url) {
+        return (std::hash<std::string_view>{}(v) + (url ? 1 : 0)) % slot_count;
+    }
+    static constexpr std::size_t slot_count = 64;
+    struct entry {
+        std::string value;
+        bool url = false;
+        bool used = false;
+    };
+    std::array<entry, slot_count> slots_;
+};
+
 }  // namespace
 
 audit_record& audit_record::add(std::string_view key, std::string_view value) {
-    if (secret_key(key)) {
-        return put(key, json_string(value.empty() ? std::string_view{} : redacted));
+    const std::size_t at = begin_field(key);
+    if (at == std::string::npos) {
+        return *this;
     }
-    std::string clean = url_key(key) ? redact_text(redact_url(value)) : redact_text(value);
+    const key_kind k = kind_of_key(key);
+    if (k.secret) {
+        append_json_string(body_, value.empty() ? std::string_view{} : redacted);
+        return end_field(at);
+    }
+    thread_local clean_values clean_cache;
+    const bool short_value = value.size() <= clean_values::max_value;
+    if (short_value && clean_cache.known(value, k.url)) {
+        append_json_string(body_, value);
+        return end_field(at);
+    }
+    std::string clean = k.url ? redact_text(redact_url(value)) : redact_text(value);
+    if (short_value && clean == value) {
+        clean_cache.remember(value, k.url);
+    }
     truncate_value(clean, max_string_bytes);
-    return put(key, json_string(clean));
+    append_json_string(body_, clean);
+    return end_field(at);
 }
 
 audit_record& audit_record::add(std::string_view key, const char* value) {
@@ -223,23 +328,36 @@ audit_record& audit_record::add(std::string_view key, const char* value) {
     return add(key, std::string_view(value));
 }
 
+namespace {
+
+template <class T>
+std::string_view integer_text(char (&buf)[32], T value) {
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+    (void)ec;  // 32 bytes hold any 64-bit integer
+    return std::string_view(buf, static_cast<std::size_t>(end - buf));
+}
+
+}  // namespace
+
 audit_record& audit_record::add(std::string_view key, std::int64_t value) {
     if (secret_key(key)) {
-        return put(key, json_string(redacted));
+        return put(key, "\"REDACTED\"");
     }
-    return put(key, std::to_string(value));
+    char buf[32];
+    return put(key, integer_text(buf, value));
 }
 
 audit_record& audit_record::add(std::string_view key, std::uint64_t value) {
     if (secret_key(key)) {
-        return put(key, json_string(redacted));
+        return put(key, "\"REDACTED\"");
     }
-    return put(key, std::to_string(value));
+    char buf[32];
+    return put(key, integer_text(buf, value));
 }
 
 audit_record& audit_record::add(std::string_view key, double value) {
     if (secret_key(key)) {
-        return put(key, json_string(redacted));
+        return put(key, "\"REDACTED\"");
     }
     if (!std::isfinite(value)) {
         return put(key, "null");
@@ -249,28 +367,64 @@ audit_record& audit_record::add(std::string_view key, double value) {
     if (ec != std::errc{}) {
         return put(key, "null");  // cannot happen: 64 bytes hold any shortest double
     }
-    return put(key, std::string(buf, end));
+    return put(key, std::string_view(buf, static_cast<std::size_t>(end - buf)));
 }
 
 audit_record& audit_record::add(std::string_view key, bool value) {
     if (secret_key(key)) {
-        return put(key, json_string(redacted));
+        return put(key, "\"REDACTED\"");
     }
     return put(key, value ? "true" : "false");
 }
 
 audit_record& audit_record::add_null(std::string_view key) { return put(key, "null"); }
 
-std::string audit_record::to_json_line() const {
-    std::string out = "{\"ts\":\"" + format_rfc3339(ts_) + "\",\"event\":";
-    append_json_string(out, event_);
-    for (const auto& [key, value] : fields_) {
-        out.push_back(',');
-        append_json_string(out, key);
-        out.push_back(':');
-        out.append(value);
+namespace {
+
+// format_rfc3339 without snprintf, for years 0..9999 (any other falls back to it).
+void append_ts(std::string& out, wall_clock::time_point t) {
+    using namespace std::chrono;
+    const auto ms = floor<milliseconds>(t);
+    const auto day = floor<days>(ms);
+    const year_month_day ymd{day};
+    const int year = static_cast<int>(ymd.year());
+    if (year < 0 || year > 9999) {
+        out.append(format_rfc3339(t));
+        return;
     }
+    const hh_mm_ss hms{ms - day};
+    char buf[25] = "0000-00-00T00:00:00.000Z";
+    const auto put = [&buf](std::size_t at, unsigned v, int digits) {
+        for (int i = digits - 1; i >= 0; --i) {
+            buf[at + static_cast<std::size_t>(i)] = static_cast<char>('0' + v % 10);
+            v /= 10;
+        }
+    };
+    put(0, static_cast<unsigned>(year), 4);
+    put(5, static_cast<unsigned>(ymd.month()), 2);
+    put(8, static_cast<unsigned>(ymd.day()), 2);
+    put(11, static_cast<unsigned>(hms.hours().count()), 2);
+    put(14, static_cast<unsigned>(hms.minutes().count()), 2);
+    put(17, static_cast<unsigned>(hms.seconds().count()), 2);
+    put(20, static_cast<unsigned>(hms.subseconds().count()), 3);
+    out.append(buf, sizeof buf - 1);
+}
+
+}  // namespace
+
+void audit_record::append_json_line(std::string& out) const {
+    out.append("{\"ts\":\"");
+    append_ts(out, ts_);
+    out.append("\",\"event\":");
+    append_json_string(out, event_);
+    out.append(body_);
     out.append("}\n");
+}
+
+std::string audit_record::to_json_line() const {
+    std::string out;
+    out.reserve(body_.size() + event_.size() + 48);
+    append_json_line(out);
     return out;
 }
 
@@ -439,22 +593,24 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
         }
         std::size_t last = first;
         bytes.clear();
+        bytes.reserve((batch.size() - first) * 256);
         while (last < batch.size() && day_of(batch[last].ts()) == day) {
-            std::string line = batch[last].to_json_line();
-            const std::uint64_t would = fd_size_ + bytes.size() + line.size();
-            if (would > opts_.max_file_bytes && fd_size_ + bytes.size() > 0 &&
+            // Each line is built where it goes; `before` bytes precede it.
+            const std::size_t before = bytes.size();
+            batch[last].append_json_line(bytes);
+            const std::uint64_t would = fd_size_ + bytes.size();
+            if (would > opts_.max_file_bytes && fd_size_ + before > 0 &&
                 fd_part_ < max_audit_part) {
                 // The file is full: write what fits, then continue in the day's next part.
-                if (!bytes.empty() && !append(bytes, error)) {
+                if (before > 0 && !append(std::string_view(bytes).substr(0, before), error)) {
                     return fail();
                 }
                 first = last;
-                bytes.clear();
+                bytes.erase(0, before);
                 if (!open_part(day, fd_part_ + 1, error)) {
                     return fail();
                 }
             }
-            bytes.append(line);
             ++last;
         }
         if (!append(bytes, error)) {

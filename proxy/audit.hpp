@@ -69,19 +69,35 @@ public:
     /// `{"ts":"2026-11-29T15:20:18.123Z","event":"conn.open",...}` and a '\n'. `ts` is
     /// RFC 3339 UTC with milliseconds.
     std::string to_json_line() const;
+    /// Appends to_json_line() to `out` (the audit writer builds a batch in one buffer).
+    void append_json_line(std::string& out) const;
 
     const std::string& event() const noexcept { return event_; }
     wall_clock::time_point ts() const noexcept { return ts_; }
     /// Number of fields besides ts and event.
-    std::size_t size() const noexcept { return fields_.size(); }
+    std::size_t size() const noexcept { return count_; }
 
 private:
+    // A field is serialised as it is added: begin_field appends `,"key":` to body_ (npos for
+    // the reserved keys), the caller appends the value, end_field moves it into the place
+    // of an earlier field of the same key, if any.
+    std::size_t begin_field(std::string_view key);
+    audit_record& end_field(std::size_t at);
     // Stores `json` (an already serialised JSON value) under `key`.
-    audit_record& put(std::string_view key, std::string json);
+    audit_record& put(std::string_view key, std::string_view json);
 
     std::string event_;
     wall_clock::time_point ts_;
-    std::vector<std::pair<std::string, std::string>> fields_;  // key, serialised value
+    // Where field i begins in body_: the first ones inline, no allocation for them.
+    std::uint32_t& start(std::size_t i) {
+        return i < inline_starts ? starts_[i] : more_starts_[i - inline_starts];
+    }
+
+    static constexpr std::size_t inline_starts = 16;
+    std::string body_;  // `,"key":value` for each field, in order
+    std::size_t count_ = 0;
+    std::uint32_t starts_[inline_starts] = {};
+    std::vector<std::uint32_t> more_starts_;
 };
 
 /// Where audit records go. Implementations: the file log below, and a fake in tests.

@@ -3,7 +3,14 @@
 // {tunnel | forward} -> log. `log` runs exactly once per request, allowed or not.
 
 #include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
 #include <optional>
+#include <tuple>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "config/classify.hpp"
 #include "config/host.hpp"
@@ -11,6 +18,7 @@
 #include "dns/asio_address.hpp"
 #include "proxy/basic_auth.hpp"
 #include "proxy/client_hello.hpp"
+#include "proxy/http_head.hpp"
 #include "proxy/relay.hpp"
 #include "proxy/reserved_host.hpp"
 #include "proxy/responses.hpp"
@@ -36,43 +44,6 @@ std::string endpoint_text(const tcp::endpoint& ep) {
 
 std::string_view deny_name(deny_reason r) { return config::to_string(r); }
 
-// Removes hop-by-hop headers (RFC 9110 7.6.1), those the Connection header lists, and the
-// proxy's own, before a message crosses the proxy. Transfer-Encoding stays: it was checked
-// to be exactly "chunked" and the serializer re-frames the body with it. An upgrade keeps
-// its Upgrade header and gets "Connection: upgrade".
-template <class Fields>
-void strip_hop_by_hop(Fields& f, bool keep_upgrade) {
-    std::vector<std::string> listed;
-    for (const auto& field : f) {
-        if (field.name() == http::field::connection ||
-            beast::iequals(field.name_string(), "proxy-connection")) {
-            for (const auto& token : http::token_list(field.value())) {
-                listed.emplace_back(token);
-            }
-        }
-    }
-    static constexpr std::string_view names[] = {
-        "connection", "keep-alive", "proxy-connection", "proxy-authorization",
-        "proxy-authenticate", "te", "trailer", "upgrade"};
-    for (const auto n : names) {
-        if (keep_upgrade && n == "upgrade") {
-            continue;
-        }
-        f.erase(beast::string_view(n.data(), n.size()));
-    }
-    for (const auto& n : listed) {
-        if (keep_upgrade && beast::iequals(n, "upgrade")) {
-            continue;
-        }
-        if (!beast::iequals(n, "transfer-encoding") && !beast::iequals(n, "content-length")) {
-            f.erase(n);
-        }
-    }
-    if (keep_upgrade) {
-        f.set(http::field::connection, "upgrade");
-    }
-}
-
 bool wants_upgrade(const http::fields& f) {
     if (f.find(http::field::upgrade) == f.end()) {
         return false;
@@ -89,52 +60,268 @@ enum class body_end { done, read_error, write_error, refused };
 
 struct body_result {
     body_end end = body_end::done;
-    std::uint64_t written = 0;  ///< bytes written to `to`, framing included
+    std::uint64_t written = 0;  ///< bytes written to `to`, head and framing included
+    bool head_sent = false;     ///< the head was written
 };
 
-// Streams the body of a message whose head `sr` has already written: 16 KiB read through
-// the parser (which undoes chunking and enforces framing), written through the serializer
-// (which redoes it), until both are done (Beast's relay pattern). Memory stays flat
-// whatever the size. `accept_chunk`, when set, may refuse a chunk before it is written.
-template <bool isRequest>
-awaitable<body_result> stream_body(beast::tcp_stream& from, beast::flat_buffer& from_buffer,
-                                   http::parser<isRequest, http::buffer_body>& p,
-                                   beast::tcp_stream& to,
-                                   http::serializer<isRequest, http::buffer_body>& sr,
-                                   std::chrono::milliseconds idle,
-                                   const std::function<bool(std::size_t)>& accept_chunk) {
-    body_result r;
-    char chunk[16 * 1024];
-    auto& body = p.get().body();
-    while (!sr.is_done()) {
-        if (!p.is_done()) {
-            body.data = chunk;
-            body.size = sizeof chunk;
-            from.expires_after(idle);
-            auto [rec, rn] = co_await http::async_read(from, from_buffer, p, use_nothrow);
-            (void)rn;
-            if (rec && rec != http::error::need_buffer) {
-                r.end = body_end::read_error;
-                break;
-            }
-            const std::size_t got = sizeof chunk - body.size;
-            if (accept_chunk && !accept_chunk(got)) {
-                r.end = body_end::refused;
-                break;
-            }
-            body.size = got;
-            body.data = chunk;
-            body.more = !p.is_done();
-        } else {
-            body.data = nullptr;
-            body.size = 0;
-            body.more = false;
+// A response parser that keeps only what forwarding needs: the status line and the fields
+// as "name: value\r\n" lines in a buffer the connection reuses (so no allocation per field
+// or per response once it has grown), and the body through a caller's window, like
+// http::buffer_body. Framing (Content-Length, chunked, to EOF), limits and the syntax checks
+// are Beast's basic_parser's, as with http::response_parser.
+class response_reader final : public http::basic_parser<false> {
+public:
+    explicit response_reader(std::string& head) : head_(head) { head_.clear(); }
+
+    http::buffer_body::value_type body;  ///< where the body goes; data and size advance
+    unsigned status() const noexcept { return status_; }
+    unsigned version() const noexcept { return version_; }
+    /// The status line, CRLF included.
+    std::string_view status_line() const noexcept {
+        return std::string_view(head_).substr(0, status_len_);
+    }
+    /// The fields, each "name: value\r\n".
+    std::string_view field_lines() const noexcept {
+        return std::string_view(head_).substr(status_len_);
+    }
+
+private:
+    void on_request_impl(http::verb, beast::string_view, beast::string_view, int,
+                         error_code& ec) override {
+        ec = http::error::bad_method;  // never called for a response parser
+    }
+    void on_response_impl(int code, beast::string_view reason, int version,
+                          error_code&) override {
+        status_ = static_cast<unsigned>(code);
+        version_ = static_cast<unsigned>(version);
+        char digits[16];
+        const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, code);
+        (void)ec;
+        head_.append(version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ");
+        head_.append(digits, end);
+        head_.push_back(' ');
+        head_.append(reason.data(), reason.size());
+        head_.append("\r\n");
+        status_len_ = head_.size();
+    }
+    void on_field_impl(http::field, beast::string_view name, beast::string_view value,
+                       error_code&) override {
+        head_.append(name.data(), name.size());
+        head_.append(": ");
+        head_.append(value.data(), value.size());
+        head_.append("\r\n");
+    }
+    void on_header_impl(error_code&) override {}
+    void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+    std::size_t on_body_impl(beast::string_view s, error_code& ec) override {
+        return take(s, ec);
+    }
+    void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+    std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view s,
+                                   error_code& ec) override {
+        return take(s, ec);
+    }
+    void on_finish_impl(error_code&) override {}
+
+    std::size_t take(beast::string_view s, error_code& ec) {
+        if (body.data == nullptr) {
+            ec = http::error::need_buffer;
+            return 0;
         }
-        to.expires_after(idle);
-        auto [wec, wn] = co_await http::async_write(to, sr, use_nothrow);
-        r.written += wn;
-        if (wec && wec != http::error::need_buffer) {
+        const std::size_t n = std::min(s.size(), body.size);
+        std::memcpy(body.data, s.data(), n);
+        body.data = static_cast<char*>(body.data) + n;
+        body.size -= n;
+        if (n < s.size()) {
+            ec = http::error::need_buffer;
+        }
+        return n;
+    }
+
+    std::string& head_;
+    std::size_t status_len_ = 0;
+    unsigned status_ = 0;
+    unsigned version_ = 11;
+};
+
+// Writes what the socket takes now without waiting (MSG_DONTWAIT): a head and a small body
+// usually go out whole, sparing an asynchronous write, its timer and a resumption. Returns
+// the bytes written; sets `ec` on an error other than "would block".
+template <class Buffers>
+std::size_t write_now(tcp::socket& s, const Buffers& buffers, error_code& ec) {
+    std::array<iovec, 8> iov{};
+    std::size_t count = 0;
+    for (auto it = net::buffer_sequence_begin(buffers);
+         it != net::buffer_sequence_end(buffers) && count < iov.size(); ++it) {
+        const net::const_buffer b(*it);
+        if (b.size() > 0) {
+            iov[count].iov_base = const_cast<void*>(b.data());
+            iov[count].iov_len = b.size();
+            ++count;
+        }
+    }
+    if (count == 0) {
+        return 0;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = count;
+    for (;;) {
+        const ssize_t n = ::sendmsg(s.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n >= 0) {
+            return static_cast<std::size_t>(n);
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            ec = error_code(errno, boost::system::system_category());
+        }
+        return 0;
+    }
+}
+
+// Writes `buffers` but their first `done` bytes: write_now, then an asynchronous write
+// (bounded by `idle`) for what the socket did not take. Returns the bytes it wrote.
+template <class Buffers>
+awaitable<std::tuple<error_code, std::size_t>> write_all(beast::tcp_stream& to,
+                                                         const Buffers& buffers,
+                                                         std::chrono::milliseconds idle,
+                                                         std::size_t done) {
+    beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(done);
+    error_code ec;
+    const std::size_t now = write_now(to.socket(), rest, ec);
+    if (ec || now == net::buffer_size(rest)) {
+        co_return std::tuple<error_code, std::size_t>{ec, now};
+    }
+    rest.consume(now);
+    to.expires_after(idle);
+    auto [wec, wn] = co_await net::async_write(to, rest, use_nothrow);
+    to.expires_never();
+    co_return std::tuple<error_code, std::size_t>{wec, now + wn};
+}
+
+// Forwards a message whose head the parser `p` has read: the rewritten `head`, then the
+// body, read through the parser (which enforces the framing and undoes chunking) 16 KiB at
+// a time and written as it came (re-chunked when `chunked`: size line, data, CRLF; the last
+// chunk "0\r\n\r\n" without trailers, as Beast's serializer did). The head goes out with the
+// first body bytes when they are already buffered (one write for a small message). Memory
+// stays flat whatever the size. `accept_chunk`, when set, may refuse a chunk before it is
+// written.
+constexpr std::size_t body_window_size = 16 * 1024;
+
+template <class Parser>
+awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buffer& from_buffer,
+                                       Parser& p, http::buffer_body::value_type& body,
+                                       beast::tcp_stream& to, std::string_view head,
+                                       bool chunked, std::chrono::milliseconds idle,
+                                       const std::function<bool(std::size_t)>* accept_chunk,
+                                       char* window) {
+    body_result r;
+    char* const chunk = window;  // body_window_size bytes, the connection's
+    p.eager(true);
+    if (!p.is_done() && from_buffer.size() == 0) {
+        // Nothing of the body here yet: the head goes now, not when the body comes.
+        const net::const_buffer head_only = net::buffer(head);
+        auto [hec, hn] = co_await write_all(to, head_only, idle, 0);
+        r.written += hn;
+        head = {};
+        r.head_sent = !hec;
+        if (hec) {
             r.end = body_end::write_error;
+            to.expires_never();
+            co_return r;
+        }
+    }
+    for (;;) {
+        body.data = chunk;
+        body.size = body_window_size;
+        bool read_failed = false;
+        while (!p.is_done() && body.size > 0) {
+            if (from_buffer.size() > 0) {
+                error_code ec;
+                const std::size_t n = p.put(from_buffer.data(), ec);
+                from_buffer.consume(n);
+                if (ec == http::error::need_buffer) {
+                    break;  // the window is full: write it out first
+                }
+                if (ec && ec != http::error::need_more) {
+                    read_failed = true;
+                    break;
+                }
+                if (!ec && n > 0) {
+                    continue;
+                }
+            }
+            if (body.size < body_window_size) {
+                break;  // pass on what came before waiting for more
+            }
+            const std::size_t room = std::min<std::size_t>(
+                64 * 1024, from_buffer.max_size() - from_buffer.size());
+            if (room == 0) {
+                read_failed = true;  // a chunk header longer than the buffer
+                break;
+            }
+            from.expires_after(idle);
+            auto [ec, n] = co_await from.async_read_some(from_buffer.prepare(room), use_nothrow);
+            if (ec == net::error::eof) {
+                error_code eec;
+                p.put_eof(eec);  // ends a body delimited by the close; else partial_message
+                read_failed = static_cast<bool>(eec);
+                break;
+            }
+            if (ec) {
+                read_failed = true;
+                break;
+            }
+            from_buffer.commit(n);
+        }
+        if (read_failed) {
+            r.end = body_end::read_error;
+            break;
+        }
+        const std::size_t got = body_window_size - body.size;
+        if (got > 0 && accept_chunk != nullptr && *accept_chunk && !(*accept_chunk)(got)) {
+            r.end = body_end::refused;
+            break;
+        }
+        char size_line[24];
+        std::size_t size_len = 0;
+        if (chunked && got > 0) {
+            const auto [end, ec] = std::to_chars(size_line, size_line + 20, got, 16);
+            (void)ec;
+            end[0] = '\r';
+            end[1] = '\n';
+            size_len = static_cast<std::size_t>(end + 2 - size_line);
+        }
+        static constexpr std::string_view crlf = "\r\n";
+        static constexpr std::string_view last_chunk = "0\r\n\r\n";
+        const std::array<net::const_buffer, 5> out = {
+            net::buffer(head),
+            net::buffer(size_line, size_len),
+            net::buffer(chunk, got),
+            net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
+            net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
+        if (net::buffer_size(out) > 0) {
+            // Written at once when the socket takes it all (the common case: no coroutine
+            // frame, no timer); otherwise the rest waits, bounded by `idle`.
+            error_code wec;
+            std::size_t wn = write_now(to.socket(), out, wec);
+            if (!wec && wn < net::buffer_size(out)) {
+                auto [aec, an] = co_await write_all(to, out, idle, wn);
+                wec = aec;
+                wn += an;
+            }
+            r.written += wn;
+            r.head_sent = r.head_sent || !wec || wn >= head.size();
+            head = {};
+            if (wec) {
+                r.end = body_end::write_error;
+                break;
+            }
+        }
+        if (p.is_done()) {
             break;
         }
     }
@@ -452,7 +639,9 @@ private:
         auto r = rt_.record("conn.open");
         add_identity(r);
         r.add("target", st.target_text).add("ip", st.ip).add("method", method);
-        if (st.decision.rule != nullptr) {
+        if (st.decision.rule != nullptr && fwd_ && st.decision.rule == fwd_->described_rule) {
+            r.add("rule", fwd_->described);
+        } else if (st.decision.rule != nullptr) {
             r.add("rule", st.decision.rule->describe());
         }
         if (st.would_deny != deny_reason::none) {
@@ -546,11 +735,48 @@ private:
         co_return r;
     }
 
+    // Reads the upstream's response head into `rp` (its header limit applies), within
+    // `idle`; the bytes after the head stay in upstream_buffer_. What Beast's
+    // async_read_header did, without its composed operation.
+    awaitable<error_code> read_response_head(response_reader& rp, std::chrono::milliseconds idle) {
+        error_code ec;
+        upstream_.expires_after(idle);
+        for (;;) {
+            if (upstream_buffer_.size() > 0) {
+                const std::size_t n = rp.put(upstream_buffer_.data(), ec);
+                upstream_buffer_.consume(n);
+                if (!ec && rp.is_header_done()) {
+                    break;
+                }
+                if (ec && ec != http::error::need_more) {
+                    break;
+                }
+                ec = {};
+            }
+            const std::size_t room = std::min<std::size_t>(
+                64 * 1024, upstream_buffer_.max_size() - upstream_buffer_.size());
+            if (room == 0) {
+                ec = http::error::buffer_overflow;
+                break;
+            }
+            auto [rec, rn] =
+                co_await upstream_.async_read_some(upstream_buffer_.prepare(room), use_nothrow);
+            if (rec) {
+                ec = rec == net::error::eof && rp.got_some() ? http::error::partial_message
+                     : rec == net::error::eof               ? http::error::end_of_stream
+                                                            : rec;
+                break;
+            }
+            upstream_buffer_.commit(rn);
+        }
+        upstream_.expires_never();
+        co_return ec;
+    }
+
     awaitable<void> handle_connect(const std::string& target_text, beast::flat_buffer& buffer);
     awaitable<bool> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
     awaitable<bool> handle_forward(http::request_parser<http::buffer_body>& parser,
                                    beast::flat_buffer& buffer);
-    awaitable<bool> check_request(const http::request_header<>& h, std::string_view raw_head);
 
 public:
     std::string client_text_;
@@ -574,18 +800,34 @@ private:
     bool holds_slot_ = false;
     std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
+    // What only HTTP forwarding needs, allocated by the first forwarded request and kept
+    // for the next ones: a tunnel carries one pointer of it, not buffers.
+    struct forward_state {
+        char window[body_window_size];  // bodies pass here, one direction at a time
+        std::string out_head;           // the head being forwarded
+        std::string in_head;            // the upstream's status line and fields
+        // The audit text of the last rule a request matched, with the snapshot it is in.
+        const config::egress_rule* described_rule = nullptr;
+        std::shared_ptr<const config::compiled_policy> described_policy;
+        std::string described;
+    };
+    forward_state& fwd() {
+        if (!fwd_) {
+            fwd_ = std::make_unique<forward_state>();
+        }
+        return *fwd_;
+    }
+    std::unique_ptr<forward_state> fwd_;
     error_code ignored_;
 };
 
-// Smuggling and framing checks on a parsed request head: each failure answers 400 and
-// closes. Returns true when the request may proceed.
-awaitable<bool> client_conn::check_request(const http::request_header<>& h,
-                                           std::string_view raw_head) {
+// Smuggling and framing checks on a parsed request head. Returns why the request is refused
+// (answered 400, then closed), or nothing when it may proceed.
+std::string_view request_refusal(const http::request_header<>& h, std::string_view raw_head) {
     // Obsolete line folding: a header line starting with space or tab.
     if (raw_head.find("\r\n ") != std::string_view::npos ||
         raw_head.find("\r\n\t") != std::string_view::npos) {
-        co_await deny(400, deny_reason::bad_request, "", "obsolete header line folding");
-        co_return false;
+        return "obsolete header line folding";
     }
     const auto cl = std::count_if(h.begin(), h.end(), [](const auto& f) {
         return f.name() == http::field::content_length;
@@ -594,20 +836,15 @@ awaitable<bool> client_conn::check_request(const http::request_header<>& h,
         return f.name() == http::field::transfer_encoding;
     });
     if (cl > 1) {
-        co_await deny(400, deny_reason::bad_request, "", "more than one Content-Length");
-        co_return false;
+        return "more than one Content-Length";
     }
     if (cl > 0 && te > 0) {
-        co_await deny(400, deny_reason::bad_request, "",
-                      "both Content-Length and Transfer-Encoding");
-        co_return false;
+        return "both Content-Length and Transfer-Encoding";
     }
     if (te > 1 || (te == 1 && !beast::iequals(h[http::field::transfer_encoding], "chunked"))) {
-        co_await deny(400, deny_reason::bad_request, "",
-                      "only a single Transfer-Encoding: chunked is accepted");
-        co_return false;
+        return "only a single Transfer-Encoding: chunked is accepted";
     }
-    co_return true;
+    return {};
 }
 
 awaitable<bool> client_conn::check_sni(const std::string& want, std::vector<std::uint8_t>& hello) {
@@ -785,7 +1022,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     request_state st;
     kind = request_kind::http;
     auto& req = parser.get();
-    const std::string target_raw(req.target());
+    const std::string_view target_raw(req.target().data(), req.target().size());
     const target_result parsed = parse_absolute_uri(target_raw);
     if (!parsed.value) {
         co_await deny(400, deny_reason::bad_request, target_raw, parsed.error);
@@ -859,6 +1096,15 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     if (!session.empty()) {
         usage_ = rt_.usage_for(session);
     }
+    forward_state& fs = fwd();
+    if (st.decision.rule != fs.described_rule || policy != fs.described_policy) {
+        // Described once per rule, not per request: keep-alive requests mostly match the
+        // rule the one before matched. The snapshot held keeps the rule (and with it the
+        // meaning of the pointer) alive.
+        fs.described = st.decision.rule != nullptr ? st.decision.rule->describe() : std::string();
+        fs.described_rule = st.decision.rule;
+        fs.described_policy = policy;
+    }
     log_open(st);
     begin_tunnel(st);
 
@@ -866,12 +1112,14 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     // before sending its body (Expect: 100-continue) is told now: the request is allowed
     // and the upstream is connected, so cordon takes the body and the upstream never sees
     // the expectation.
+    field_filter request_filter;
+    request_filter.drop_host = true;
     if (const auto e = req.find(http::field::expect); e != req.end()) {
         if (!beast::iequals(e->value(), "100-continue")) {
             co_await error_reply(417, st.target_text, "only Expect: 100-continue is supported");
             co_return false;
         }
-        req.erase(http::field::expect);
+        request_filter.drop_expect = true;
         if (!parser.is_done()) {
             static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
             auto [cec2, cn] = co_await net::async_write(client_.socket(), net::buffer(cont),
@@ -884,64 +1132,77 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
     }
     const bool upgrade = wants_upgrade(req.base());
     const bool client_keep_alive = req.keep_alive();
-    strip_hop_by_hop(req.base(), upgrade);
-    req.target(t.origin_form);
-    req.version(11);
-    req.set(http::field::host, t.authority);
+    request_filter.keep_upgrade = upgrade;
+    // The head as the client sent it, with the target in origin-form, HTTP/1.1, the
+    // hop-by-hop fields cut out and Host from the URL; built in a buffer the connection
+    // reuses.
+    std::string& out = fs.out_head;
+    out.clear();
+    out.append(req.method_string().data(), req.method_string().size());
+    out.push_back(' ');
+    out.append(t.origin_form);
+    out.append(" HTTP/1.1\r\n");
+    append_end_to_end_fields(
+        out,
+        [&req](auto&& fn) {
+            for (const auto& f : req.base()) {
+                fn(std::string_view(f.name_string().data(), f.name_string().size()),
+                   std::string_view(f.value().data(), f.value().size()));
+            }
+        },
+        request_filter);
+    if (upgrade) {
+        out.append("Connection: upgrade\r\n");
+    }
+    out.append("Host: ");
+    out.append(t.authority);
+    out.append("\r\n\r\n");
     std::string reason = "eof";
     bool keep = false;
     {
-        http::serializer<true, http::buffer_body> sr{req};
-        upstream_.expires_after(ps.idle_timeout);
-        auto [hec, hn] = co_await http::async_write_header(upstream_, sr, use_nothrow);
-        st.bytes_up += hn;
-        bool failed = static_cast<bool>(hec);
-        if (!failed) {
-            // The upload budget is checked per chunk, before the chunk goes upstream.
-            const std::function<bool(std::size_t)> within_budget = [&](std::size_t got) {
-                if (auto left = budget_left(j); left && got > *left) {
-                    return false;
-                }
-                if (usage_) {
-                    usage_->bytes_up += got;
-                }
-                return true;
-            };
-            const body_result b = co_await stream_body(client_, buffer, parser, upstream_, sr,
-                                                       ps.idle_timeout, within_budget);
-            st.bytes_up += b.written;
-            failed = b.end != body_end::done;
+        // The upload budget is checked per chunk, before the chunk goes upstream.
+        const std::function<bool(std::size_t)> within_budget = [&](std::size_t got) {
+            if (auto left = budget_left(j); left && got > *left) {
+                return false;
+            }
+            if (usage_) {
+                usage_->bytes_up += got;
+            }
+            return true;
+        };
+        const std::string_view request_head = out;
+        const body_result b = co_await forward_message(
+            client_, buffer, parser, req.body(), upstream_, request_head, parser.chunked(),
+            ps.idle_timeout, &within_budget, fs.window);
+        st.bytes_up += b.written;
+        if (b.end != body_end::done) {
             reason = b.end == body_end::refused      ? "budget"
                      : b.end == body_end::write_error ? "upstream_error"
                      : !closed_by_.empty()            ? closed_by_
                                                       : "client_error";
-        }
-        if (failed) {
-            if (closed_by_.empty() && reason == "upstream_error") {
+            if (!b.head_sent && b.end == body_end::write_error) {
+                reason = "error";  // the head could not be written: nothing to answer
+            } else if (closed_by_.empty() && reason == "upstream_error") {
                 co_await error_reply(502, st.target_text, "the upstream closed the connection");
             }
-            log_close(st, reason == "eof" ? "error" : reason);
+            log_close(st, reason);
             co_return false;
         }
     }
 
     // Phase: forward the response, head then body, streaming.
-    std::optional<http::response_parser<http::buffer_body>> rp_holder;
+    std::optional<response_reader> rp_holder;
     error_code rhec;
     // Interim 1xx answers (but 101) go to the client as they come; then the final one.
     for (int interim = 0;; ++interim) {
-        rp_holder.emplace();
+        rp_holder.emplace(fs.in_head);
         rp_holder->header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
         rp_holder->body_limit(boost::none);
         if (method == "HEAD") {
             rp_holder->skip(true);
         }
-        upstream_.expires_after(ps.idle_timeout);
-        auto [ec, n] = co_await http::async_read_header(upstream_, upstream_buffer_,
-                                                        *rp_holder, use_nothrow);
-        (void)n;
-        rhec = ec;
-        const unsigned code = rp_holder->get().result_int();
+        rhec = co_await read_response_head(*rp_holder, ps.idle_timeout);
+        const unsigned code = rp_holder->status();
         if (rhec || code < 100 || code >= 200 || code == 101) {
             break;
         }
@@ -949,16 +1210,13 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
             rhec = http::error::bad_status;  // an upstream that never gives a final answer
             break;
         }
-        http::response<http::empty_body> head;
-        head.version(11);
-        head.result(code);  // the number as sent: Beast's enum does not know every 1xx
-        head.reason(rp_holder->get().reason());
-        for (const auto& f : rp_holder->get().base()) {
-            head.base().insert(f.name_string(), f.value());
-        }
-        strip_hop_by_hop(head.base(), false);
-        client_.expires_after(ps.idle_timeout);
-        auto [wec, wn] = co_await http::async_write(client_, head, use_nothrow);
+        out.clear();
+        out.append("HTTP/1.1");  // as before: an interim answer goes out as HTTP/1.1
+        out.append(rp_holder->status_line().substr(8));
+        append_end_to_end_lines(out, rp_holder->field_lines(), field_filter{});
+        out.append("\r\n");
+        const net::const_buffer interim_head = net::buffer(out);
+        auto [wec, wn] = co_await write_all(client_, interim_head, ps.idle_timeout, 0);
         st.bytes_down += wn;
         if (wec) {
             rhec = wec;
@@ -977,30 +1235,39 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
                                                       : "upstream_error");
         co_return false;
     }
-    auto& res = rp.get();
-    const bool switching = upgrade && res.result() == http::status::switching_protocols;
-    keep = !switching && client_keep_alive && res.keep_alive();
-    strip_hop_by_hop(res.base(), switching);
-    res.keep_alive(keep);
-    {
-        http::serializer<false, http::buffer_body> sr{res};
-        client_.expires_after(ps.idle_timeout);
-        auto [hec, hn] = co_await http::async_write_header(client_, sr, use_nothrow);
+    const bool switching = upgrade && rp.status() == 101;
+    keep = !switching && client_keep_alive && rp.keep_alive();
+    out.clear();
+    out.append(rp.status_line());
+    field_filter response_filter;
+    response_filter.keep_upgrade = switching;
+    append_end_to_end_lines(out, rp.field_lines(), response_filter);
+    if (const std::string_view c = response_connection(rp.version(), keep, switching);
+        !c.empty()) {
+        out.append("Connection: ");
+        out.append(c);
+        out.append("\r\n");
+    }
+    out.append("\r\n");
+    if (switching) {
+        const net::const_buffer switching_head = net::buffer(out);
+        auto [hec, hn] = co_await write_all(client_, switching_head, ps.idle_timeout, 0);
         st.bytes_down += hn;
-        bool failed = static_cast<bool>(hec);
-        if (!failed && !switching) {
-            const std::function<bool(std::size_t)> any = {};
-            const body_result b = co_await stream_body(upstream_, upstream_buffer_, rp, client_,
-                                                       sr, ps.idle_timeout, any);
-            st.bytes_down += b.written;
-            failed = b.end != body_end::done;
+        if (hec) {
+            log_close(st, !closed_by_.empty() ? closed_by_ : "client_error");
+            co_return false;
+        }
+    } else {
+        const std::string_view response_head = out;
+        const body_result b =
+            co_await forward_message(upstream_, upstream_buffer_, rp, rp.body, client_,
+                                     response_head, rp.chunked(), ps.idle_timeout, nullptr,
+                                     fs.window);
+        st.bytes_down += b.written;
+        if (b.end != body_end::done) {
             reason = b.end == body_end::write_error ? "client_error"
                      : !closed_by_.empty()           ? closed_by_
                                                      : "upstream_error";
-        }
-        client_.expires_never();
-        upstream_.expires_never();
-        if (failed) {
             log_close(st, reason);
             co_return false;
         }
@@ -1068,7 +1335,9 @@ awaitable<void> client_conn::run() {
             co_await deny(400, deny_reason::bad_request, "", msg);
             co_return;
         }
-        if (!co_await check_request(parser.get().base(), head)) {
+        if (const std::string_view refusal = request_refusal(parser.get().base(), head);
+            !refusal.empty()) {
+            co_await deny(400, deny_reason::bad_request, "", refusal);
             co_return;
         }
         buffer.consume(head_len);

@@ -902,6 +902,137 @@ class HTTPForwardTests(CordonTestCase):
 # Request smuggling and malformed requests
 # ======================================================================================
 
+class ScriptedOrigin:
+    """An origin on 127.0.0.1 that answers each request with the bytes scripted for its path
+    (then closes when the script says so): for responses no http.server would send. Bounded:
+    a daemon accept loop, each connection served on a thread with a timeout."""
+
+    def __init__(self, scripts):
+        self.scripts = scripts  # path -> (response bytes, close after?)
+        self.heads = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        for _ in range(1000):
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        c.settimeout(10)
+        buf = b""
+        try:
+            for _ in range(100):
+                while b"\r\n\r\n" not in buf:
+                    d = c.recv(65536)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                self.heads.append(head)
+                path = head.split(b" ")[1].decode()
+                resp, close = self.scripts[path.split("?")[0]]
+                c.sendall(resp)
+                if close:
+                    return
+        except (OSError, KeyError, IndexError):
+            return
+        finally:
+            c.close()
+
+    def stop(self):
+        self.sock.close()
+
+
+class ForwardedResponseTests(CordonTestCase):
+    """Responses the forward path passes on as bytes: hop-by-hop fields cut, framing
+    rewritten where cordon must (close-delimited bodies, chunk extensions, trailers)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.origin = ScriptedOrigin({
+            "/eof": (b"HTTP/1.1 200 OK\r\nConnection: X-Hop-B, keep-alive\r\nX-Hop-B: 1\r\n"
+                     b"Keep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nTrailer: X-T\r\n"
+                     b"X-Kept: yes\r\n\r\nuntil the origin closes", True),
+            "/chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                         b"Upgrade: h2c\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n"
+                         b"0\r\nX-Trailer: t\r\n\r\n", False),
+            "/interim": (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: X-I\r\n"
+                         b"X-I: 1\r\n\r\nHTTP/1.1 204 No Content\r\nX-Final: 1\r\n\r\n", False),
+        })
+        rule = (f"      - {{ host: localhost, ports: [{cls.origin.port}], protocol: http, "
+                f"resolves_to: [127.0.0.0/8] }}\n")
+        cls.cordon = H.Cordon(jobs_yaml(extra_web_rules=rule), DNS.port, cls.proxy_opts)
+        try:
+            cls.cordon.start()
+        except BaseException:
+            cls.cordon.cleanup()
+            cls.origin.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.origin.stop()
+
+    def url(self, path):
+        return f"http://localhost:{self.origin.port}{path}"
+
+    def test_close_delimited_body_hop_by_hop_cut(self):
+        c, r = self.request(http_req("GET", self.url("/eof"), auth=self.auth))
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("X-Kept"), "yes", r)
+        for name in ["X-Hop-B", "Keep-Alive", "Proxy-Authenticate", "Trailer"]:
+            self.assertIsNone(r.header(name), f"{name} passed: {r}")
+        # No length: the body ends when the connection does, and the client is told so.
+        self.assertEqual(r.header("Connection"), "close", r)
+        self.assertEqual(r.body, b"until the origin closes", r)
+        self.assertClosed(c)
+
+    def test_chunked_rechunked_without_extensions_or_trailers(self):
+        c = self.conn()
+        for i in range(2):  # kept alive: a second request on the same connection
+            c.send(http_req("GET", self.url(f"/chunked?i={i}"), auth=self.auth))
+            head = c.read_head(10)
+            self.assertIn(b"Transfer-Encoding: chunked\r\n", head)
+            self.assertNotIn(b"Upgrade", head)
+            self.assertNotIn(b"Connection: close", head)
+            for _ in range(100):
+                while b"0\r\n\r\n" not in c.buf:
+                    c._fill()
+                if c.buf.endswith(b"0\r\n\r\n"):
+                    break
+            raw, c.buf = c.buf, b""
+            # Chunked again (cordon's own chunk sizes), no extension, no trailer.
+            self.assertNotIn(b"ext", raw)
+            self.assertNotIn(b"X-Trailer", raw)
+            body, rest = b"", raw
+            for _ in range(100):
+                size_line, rest = rest.split(b"\r\n", 1)
+                size = int(size_line, 16)
+                if size == 0:
+                    break
+                body, rest = body + rest[:size], rest[size + 2:]
+            self.assertEqual(body, b"hello world")
+            self.assertEqual(rest, b"\r\n", raw)
+
+    def test_interim_fields_cut_then_final(self):
+        c, r = self.request(http_req("GET", self.url("/interim"), auth=self.auth))
+        self.assertEqual(r.status, 103, r)
+        self.assertEqual(r.header("Link"), "</a>", r)
+        self.assertIsNone(r.header("X-I"), r)
+        self.assertIsNone(r.header("Connection"), r)
+        r2 = c.read_response(10)
+        self.assertEqual(r2.status, 204, r2)
+        self.assertEqual(r2.header("X-Final"), "1", r2)
+
+
 class SmugglingTests(CordonTestCase):
 
     def raw(self, data, timeout=5):

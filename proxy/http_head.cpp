@@ -1,0 +1,64 @@
+#include "proxy/http_head.hpp"
+
+namespace cordon::proxy {
+
+bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        char x = a[i];
+        char y = b[i];
+        x = (x >= 'A' && x <= 'Z') ? static_cast<char>(x + 32) : x;
+        y = (y >= 'A' && y <= 'Z') ? static_cast<char>(y + 32) : y;
+        if (x != y) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool hop_by_hop_name(std::string_view name) noexcept {
+    static constexpr std::string_view names[] = {
+        "connection", "keep-alive", "proxy-connection", "proxy-authorization",
+        "proxy-authenticate", "te", "trailer", "upgrade"};
+    for (const auto n : names) {
+        if (ascii_iequals(name, n)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void append_end_to_end_lines(std::string& out, std::string_view lines, const field_filter& f) {
+    append_end_to_end_fields(
+        out, [lines](auto&& fn) { for_each_field(lines, fn); }, f);
+}
+
+std::string_view response_connection(unsigned version, bool keep, bool upgrade) noexcept {
+    if (version >= 11) {
+        if (upgrade) {
+            return keep ? "upgrade" : "upgrade, close";
+        }
+        return keep ? "" : "close";
+    }
+    if (upgrade) {
+        return keep ? "upgrade, keep-alive" : "upgrade";
+    }
+    return keep ? "keep-alive" : "";
+}
+
+std::string_view head_fields(std::string_view head) noexcept {
+    const std::size_t first = head.find("\r\n");
+    if (first == std::string_view::npos || head.size() < first + 4) {
+        return {};
+    }
+    std::string_view rest = head.substr(first + 2);
+    // The head ends with the empty line: drop its CRLF (the last field keeps its own).
+    if (rest.ends_with("\r\n")) {
+        rest.remove_suffix(2);
+    }
+    return rest;
+}
+
+}  // namespace cordon::proxy

@@ -1,0 +1,132 @@
+#pragma once
+// Heads of forwarded HTTP messages, rewritten as bytes: the fields of a head the parser has
+// already validated are copied across with the hop-by-hop ones cut out, instead of being
+// parsed into a field container and serialised again. Pure (no sockets, no Beast); appends
+// to a caller's buffer, so a reused buffer means no allocation per request.
+
+#include <string>
+#include <string_view>
+
+namespace cordon::proxy {
+
+/// What a head loses and keeps when it crosses the proxy.
+struct field_filter {
+    bool keep_upgrade = false;  ///< an upgrade: Upgrade stays (Connection is set by the caller)
+    bool drop_host = false;     ///< the request: Host is written again from the URL
+    bool drop_expect = false;   ///< the request: cordon answered Expect: 100-continue itself
+};
+
+/// True for the names that never cross a proxy (RFC 9110 7.6.1) and cordon's own:
+/// Connection, Keep-Alive, Proxy-Connection, Proxy-Authorization, Proxy-Authenticate, TE,
+/// Trailer, Upgrade. ASCII case-insensitive.
+bool hop_by_hop_name(std::string_view name) noexcept;
+
+/// Calls `fn(name, value)` for each field line of `fields` ("name:OWS value OWS\r\n" lines,
+/// as a parser accepted them: CRLF line ends, no obsolete folding); the value has its
+/// surrounding spaces and tabs trimmed. A line without a colon is skipped.
+template <class Fn>
+void for_each_field(std::string_view fields, Fn&& fn) {
+    while (!fields.empty()) {
+        const std::size_t eol = fields.find("\r\n");
+        const std::string_view line = fields.substr(0, eol);
+        fields.remove_prefix(eol == std::string_view::npos ? fields.size() : eol + 2);
+        const std::size_t colon = line.find(':');
+        if (colon == std::string_view::npos) {
+            continue;
+        }
+        std::string_view value = line.substr(colon + 1);
+        while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+            value.remove_prefix(1);
+        }
+        while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) {
+            value.remove_suffix(1);
+        }
+        fn(line.substr(0, colon), value);
+    }
+}
+
+/// ASCII case-insensitive equality.
+bool ascii_iequals(std::string_view a, std::string_view b) noexcept;
+
+/// Calls `fn(token)` for each element of a comma-separated list (a Connection value),
+/// trimmed of spaces and tabs; empty elements are skipped.
+template <class Fn>
+void for_each_token(std::string_view list, Fn&& fn) {
+    while (!list.empty()) {
+        const std::size_t comma = list.find(',');
+        std::string_view t = list.substr(0, comma);
+        list.remove_prefix(comma == std::string_view::npos ? list.size() : comma + 1);
+        while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) {
+            t.remove_prefix(1);
+        }
+        while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) {
+            t.remove_suffix(1);
+        }
+        if (!t.empty()) {
+            fn(t);
+        }
+    }
+}
+
+/// Appends to `out`, as "name: value\r\n" lines in their order, the fields that cross the
+/// proxy: not hop_by_hop_name() (Upgrade kept when keep_upgrade), not named by a Connection
+/// or Proxy-Connection token (except Content-Length and Transfer-Encoding, which frame the
+/// body, and Upgrade when keep_upgrade), and not Host / Expect when the filter drops them.
+/// `fields(fn)` calls fn(name, value) for each field of the message, and may be called
+/// more than once. These are the fields strip_hop_by_hop removed from a parsed message
+/// before heads were forwarded as bytes.
+template <class Fields>
+void append_end_to_end_fields(std::string& out, Fields&& fields, const field_filter& f) {
+    // Most heads have no Connection field with other names in it: then no per-field
+    // lookup of the lists is needed.
+    bool has_connection = false;
+    fields([&](std::string_view n, std::string_view) {
+        has_connection = has_connection || ascii_iequals(n, "connection") ||
+                         ascii_iequals(n, "proxy-connection");
+    });
+    const auto listed = [&](std::string_view name) {
+        bool found = false;
+        fields([&](std::string_view n, std::string_view v) {
+            if (!found &&
+                (ascii_iequals(n, "connection") || ascii_iequals(n, "proxy-connection"))) {
+                for_each_token(v, [&](std::string_view t) {
+                    found = found || ascii_iequals(t, name);
+                });
+            }
+        });
+        return found;
+    };
+    fields([&](std::string_view n, std::string_view v) {
+        const bool upgrade = f.keep_upgrade && ascii_iequals(n, "upgrade");
+        if (!upgrade) {
+            if (hop_by_hop_name(n) || (f.drop_host && ascii_iequals(n, "host")) ||
+                (f.drop_expect && ascii_iequals(n, "expect"))) {
+                return;
+            }
+            if (has_connection && !ascii_iequals(n, "transfer-encoding") &&
+                !ascii_iequals(n, "content-length") && listed(n)) {
+                return;
+            }
+        }
+        out.append(n);
+        out.append(": ");
+        out.append(v);
+        out.append("\r\n");
+    });
+}
+
+/// append_end_to_end_fields over the "name: value\r\n" lines of `lines` (see
+/// for_each_field).
+void append_end_to_end_lines(std::string& out, std::string_view lines, const field_filter& f);
+
+/// The Connection value of a response cordon forwards, as Beast's keep_alive(keep) leaves it
+/// after the hop-by-hop fields were removed (and "upgrade" set for a 101): HTTP/1.1 "close"
+/// when not kept ("upgrade, close" for a 101), HTTP/1.0 "keep-alive" when kept ("upgrade"
+/// for a 101); empty: no Connection field.
+std::string_view response_connection(unsigned version, bool keep, bool upgrade) noexcept;
+
+/// The fields part of a raw head ("start-line\r\nfields...\r\n\r\n"): from after the first
+/// CRLF to before the final CRLF (each line still ends with its CRLF). Empty if none.
+std::string_view head_fields(std::string_view head) noexcept;
+
+}  // namespace cordon::proxy

@@ -1,0 +1,106 @@
+// Tests of the head rewriting of the HTTP forward path: which fields cross the proxy, the
+// Connection value of a forwarded response, and the fields part of a raw head.
+#include "proxy/http_head.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace cordon::proxy;
+
+std::string filtered(std::string_view lines, field_filter f = {}) {
+    std::string out = "keep";  // appended to, never cleared
+    append_end_to_end_lines(out, lines, f);
+    return out.substr(4);
+}
+
+std::vector<std::pair<std::string, std::string>> fields_of(std::string_view lines) {
+    std::vector<std::pair<std::string, std::string>> v;
+    for_each_field(lines, [&](std::string_view n, std::string_view value) {
+        v.emplace_back(n, value);
+    });
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("for_each_field splits CRLF lines and trims values", "[http_head]") {
+    const auto v = fields_of("Host: a\r\nX-Empty:\r\nX-Pad: \t b c \t\r\nno colon\r\nLast:z\r\n");
+    REQUIRE(v.size() == 4);
+    CHECK(v[0] == std::pair<std::string, std::string>{"Host", "a"});
+    CHECK(v[1] == std::pair<std::string, std::string>{"X-Empty", ""});
+    CHECK(v[2] == std::pair<std::string, std::string>{"X-Pad", "b c"});
+    CHECK(v[3] == std::pair<std::string, std::string>{"Last", "z"});
+    CHECK(fields_of("").empty());
+    CHECK(fields_of("A: 1").size() == 1);  // a last line without CRLF still counts
+}
+
+TEST_CASE("hop-by-hop names, any case", "[http_head]") {
+    for (const char* n : {"Connection", "keep-alive", "PROXY-CONNECTION", "Proxy-Authorization",
+                          "proxy-authenticate", "TE", "Trailer", "upgrade"}) {
+        CHECK(hop_by_hop_name(n));
+    }
+    for (const char* n : {"Host", "Content-Length", "Transfer-Encoding", "Authorization",
+                          "Trailers", "Connectio", "", "X-Proxy-Authorization"}) {
+        CHECK_FALSE(hop_by_hop_name(n));
+    }
+}
+
+TEST_CASE("end-to-end fields keep their order and values; hop-by-hop ones go", "[http_head]") {
+    const std::string in =
+        "Host: example.com\r\nUser-Agent: t/1\r\nProxy-Authorization: Basic eDp5\r\n"
+        "Connection: keep-alive\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nTrailer: X\r\n"
+        "Upgrade: websocket\r\nProxy-Connection: keep-alive\r\nAccept:  */* \r\n"
+        "Proxy-Authenticate: Basic\r\n";
+    CHECK(filtered(in) == "Host: example.com\r\nUser-Agent: t/1\r\nAccept: */*\r\n");
+    field_filter req;
+    req.drop_host = true;
+    CHECK(filtered(in, req) == "User-Agent: t/1\r\nAccept: */*\r\n");
+}
+
+TEST_CASE("fields named by Connection or Proxy-Connection go, framing stays", "[http_head]") {
+    const std::string in =
+        "Connection: X-Secret, , content-length ,Transfer-Encoding\r\n"
+        "Proxy-Connection: x-other\r\nX-Secret: 1\r\nx-secret: 2\r\nX-Other: 3\r\n"
+        "Content-Length: 4\r\nTransfer-Encoding: chunked\r\nX-Kept: 5\r\n";
+    CHECK(filtered(in) == "Content-Length: 4\r\nTransfer-Encoding: chunked\r\nX-Kept: 5\r\n");
+    // Listing Host drops the client's Host: the request writes its own from the URL anyway.
+    CHECK(filtered("Connection: host\r\nHost: a\r\nB: c\r\n") == "B: c\r\n");
+}
+
+TEST_CASE("an upgrade keeps Upgrade, even when Connection lists it", "[http_head]") {
+    const std::string in = "Connection: Upgrade, X-A\r\nUpgrade: websocket\r\nX-A: 1\r\nX-B: 2\r\n";
+    field_filter f;
+    f.keep_upgrade = true;
+    CHECK(filtered(in, f) == "Upgrade: websocket\r\nX-B: 2\r\n");
+    CHECK(filtered(in) == "X-B: 2\r\n");
+}
+
+TEST_CASE("Expect goes only when cordon answered it", "[http_head]") {
+    const std::string in = "Expect: 100-continue\r\nContent-Length: 3\r\n";
+    CHECK(filtered(in) == in);
+    field_filter f;
+    f.drop_expect = true;
+    CHECK(filtered(in, f) == "Content-Length: 3\r\n");
+}
+
+TEST_CASE("response Connection values match Beast's keep_alive()", "[http_head]") {
+    CHECK(response_connection(11, true, false).empty());
+    CHECK(response_connection(11, false, false) == "close");
+    CHECK(response_connection(10, true, false) == "keep-alive");
+    CHECK(response_connection(10, false, false).empty());
+    CHECK(response_connection(11, false, true) == "upgrade, close");
+    CHECK(response_connection(10, false, true) == "upgrade");
+}
+
+TEST_CASE("head_fields is the part between the start line and the blank line", "[http_head]") {
+    CHECK(head_fields("GET / HTTP/1.1\r\nHost: a\r\nB: c\r\n\r\n") == "Host: a\r\nB: c\r\n");
+    CHECK(head_fields("GET / HTTP/1.1\r\n\r\n").empty());
+    CHECK(head_fields("GET / HTTP/1.1").empty());
+    CHECK(head_fields("").empty());
+}
