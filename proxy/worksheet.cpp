@@ -215,7 +215,12 @@ section kill_switch(const config::policy& p, const std::optional<running_state>&
                     {std::string("credential kill"),
                      std::string("cordon token revoke SESSION [TOKEN_ID]"),
                      std::string("the token refused and its connections closed; identity."
-                                 "revoke runs")}}};
+                                 "revoke runs")},
+                    {std::string("firewall kill"),
+                     std::string("cordon firewall --policy FILE --sandbox-cidr C --apply --kill"),
+                     std::string("the host's nftables drop every packet from the sandboxes, "
+                                 "cordon included; holds even when cordon is down "
+                                 "(docs/deploy.md)")}}};
     s.facts.push_back({"stop_authority", "Stop authority", p.kill.stop_authority});
     s.facts.push_back({"max_stop_seconds", "Promised stop time (max_stop_seconds)",
                        std::int64_t{p.kill.max_stop_seconds}});

@@ -157,7 +157,8 @@ class ExampleWorksheetsTest(unittest.TestCase):
                 kill = [t for t in page.tables if t["head"] == KILL_HEADERS]
                 self.assertEqual(len(kill), 1, out)
                 self.assertEqual([row[0] for row in kill[0]["rows"]],
-                                 ["network kill", "session kill", "credential kill"])
+                                 ["network kill", "session kill", "credential kill",
+                                  "firewall kill"])
                 self.assertGreaterEqual(len(page.checkboxes), 15, out)
                 # No running cordon: the state-dependent boxes are unticked and say why.
                 self.assertIn("no running cordon", r.stdout)
