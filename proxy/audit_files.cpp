@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include <fcntl.h>
@@ -115,10 +116,15 @@ std::vector<audit_file> list_audit_files(const std::string& dir, std::string& er
     return out;
 }
 
-std::uint64_t map_audit_files(const std::string& dir, std::int64_t first_day,
-                              std::int64_t last_day,
+std::uint64_t map_audit_files(const std::string& dir,
+                              const std::optional<wall_clock::time_point>& since,
+                              const std::optional<wall_clock::time_point>& until,
                               const std::function<void(const audit_file&, std::string_view)>& fn,
                               std::string& error) {
+    const std::int64_t first_day =
+        since ? audit_day_of(*since) : std::numeric_limits<std::int64_t>::min();
+    const std::int64_t last_day =
+        until ? audit_day_of(*until) : std::numeric_limits<std::int64_t>::max();
     std::uint64_t opened = 0;
     const auto files = list_audit_files(dir, error);
     if (!error.empty()) {

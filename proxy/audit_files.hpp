@@ -54,12 +54,14 @@ struct audit_file {
 std::vector<audit_file> list_audit_files(const std::string& dir, std::string& error);
 
 /// Maps (read-only, MAP_POPULATE: few page faults on big files) each audit file of `dir`
-/// whose day lies in [first_day, last_day], in write order, and calls `fn(file, bytes)`;
+/// whose day the window [since, until] touches (an unset end is open), in write order, and
+/// calls `fn(file, bytes)`;
 /// the bytes are valid only during the call. Empty files are not passed. Returns the
 /// number of files opened; sets `error` and stops at a directory, file or map failure.
 /// The readers of `cordon audit timeline` and `cordon policy suggest|replay` share it.
-std::uint64_t map_audit_files(const std::string& dir, std::int64_t first_day,
-                              std::int64_t last_day,
+std::uint64_t map_audit_files(const std::string& dir,
+                              const std::optional<wall_clock::time_point>& since,
+                              const std::optional<wall_clock::time_point>& until,
                               const std::function<void(const audit_file&, std::string_view)>& fn,
                               std::string& error);
 

@@ -429,12 +429,8 @@ void finish_timeline(std::vector<timeline_event>& events) {
 std::vector<timeline_event> read_timeline(const std::string& dir, const timeline_query& q,
                                           timeline_stats& stats, std::string& error) {
     std::vector<timeline_event> out;
-    const std::int64_t first_day =
-        q.since ? audit_day_of(*q.since) : std::numeric_limits<std::int64_t>::min();
-    const std::int64_t last_day =
-        q.until ? audit_day_of(*q.until) : std::numeric_limits<std::int64_t>::max();
     stats.files += map_audit_files(
-        dir, first_day, last_day,
+        dir, q.since, q.until,
         [&](const audit_file&, std::string_view data) { scan_timeline(data, q, out, stats); },
         error);
     if (!error.empty()) {

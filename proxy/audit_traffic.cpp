@@ -448,12 +448,8 @@ config::seen_traffic traffic_collector::finish() const {
 config::seen_traffic read_traffic(const std::string& dir, const traffic_query& q,
                                   traffic_stats& stats, std::string& error) {
     traffic_collector c(q);
-    const std::int64_t first_day =
-        q.since ? audit_day_of(*q.since) : std::numeric_limits<std::int64_t>::min();
-    const std::int64_t last_day =
-        q.until ? audit_day_of(*q.until) : std::numeric_limits<std::int64_t>::max();
     stats.files += map_audit_files(
-        dir, first_day, last_day,
+        dir, q.since, q.until,
         [&](const audit_file&, std::string_view data) { c.scan(data, stats); }, error);
     return c.finish();
 }
