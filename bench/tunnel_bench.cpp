@@ -36,7 +36,6 @@ namespace {
 
 using cordon::bench::arg;
 
-
 using steady = std::chrono::steady_clock;
 const auto deadline = steady::now() + std::chrono::seconds(120);
 
@@ -48,7 +47,8 @@ const auto deadline = steady::now() + std::chrono::seconds(120);
 sockaddr_in addr_of(const std::string& hostport) {
     const auto a = cordon::bench::addr_of(hostport);
     if (!a) {
-        die("bad address " + hostport);
+        std::fprintf(stderr, "tunnel_bench: bad address %s (want IPv4:PORT)\n", hostport.c_str());
+        std::exit(1);
     }
     return *a;
 }

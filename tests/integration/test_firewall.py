@@ -241,9 +241,11 @@ class FirewallNamespaceTest(unittest.TestCase):
     # One method, in order: control, rules, kill, revive (each step needs the one before).
 
     def test_sandbox_reaches_only_cordon(self):
-        # Control: without rules the router forwards everything.
+        # Control: without rules the router forwards everything (once the fresh links have
+        # settled: the first IPv6 neighbour discovery across the router can take seconds).
         for host in (NET4, NET6):
-            self.assertEqual(peer(NS_SBX, "tcp", host, "7000")["result"], "ok", host)
+            self.assertTrue(H.wait_until(
+                lambda: peer(NS_SBX, "tcp", host, "7000")["result"] == "ok", 15), host)
             self.assertEqual(peer(NS_SBX, "udp", host, "7001")["result"], "ok", host)
         self.assertEqual(peer(NS_SBX, "open", RTR4_S, "9090")["result"], "ok")  # admin
         self.assertTrue(self.spoofed_arrives("spoof-before"))

@@ -699,8 +699,10 @@ class UncooperativeMixin:
                 rec["t0"] = time.monotonic()
                 c = H.ProxyConn(addr, timeout=5)
                 try:
-                    c.send(req)
                     try:
+                        # A connection accepted just before the kill is reset by it,
+                        # possibly before the request is even written.
+                        c.send(req)
                         r = c.read_response(5, method="CONNECT")
                     except CLOSE_ERRORS:
                         rec["outcome"] = "closed before an answer"
