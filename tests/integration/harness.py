@@ -1169,6 +1169,32 @@ class Cordon:
     def status(self):
         return self.admin("GET", "/v1/status")[1]
 
+    def fill_audit_until_unhealthy(self, send_one, count, check_every=10, seconds=40):
+        """Calls send_one(i) (something cordon audits) until the audit log says it is
+        unhealthy (asked every `check_every` calls), `count` calls or `seconds` pass, then
+        gives the background writer 5 s to notice. True when the log went unhealthy."""
+        deadline = time.monotonic() + seconds
+        for i in range(count):
+            if time.monotonic() > deadline:
+                break
+            send_one(i)
+            if i % check_every == check_every - 1 and not self.status()["audit"]["healthy"]:
+                return True
+        return bool(wait_until(lambda: not self.status()["audit"]["healthy"], 5, 0.1))
+
+    def fill_audit_with_denials(self, auth, seconds=40):
+        """fill_audit_until_unhealthy() with denied CONNECTs (denied.test:443)."""
+        def send(_):
+            c = self.conn(5)
+            try:
+                c.send(connect_request("denied.test:443", auth))
+                c.read_response(5, method="CONNECT")
+            except (OSError, EOFError, ValueError):
+                pass
+            finally:
+                c.close()
+        return self.fill_audit_until_unhealthy(send, 4000, 10, seconds)
+
     # proxy helpers ------------------------------------------------------------------
 
     def conn(self, timeout=10):

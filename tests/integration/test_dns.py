@@ -904,21 +904,15 @@ class AuditFailClosedTest(unittest.TestCase):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.addCleanup(sock.close)
         host, port = addr
-        deadline = time.monotonic() + 40
-        healthy = True
-        for i in range(20000):
-            if time.monotonic() > deadline:
-                break
+
+        def send(i):  # every distinct name gets its own audit line
             sock.sendto(build_query(f"fill-{i}-{uuid.uuid4().hex[:20]}.attacker.test"),
                         (host, int(port)))
             if i % 500 == 499:
-                time.sleep(0.05)
-                healthy = cordon.status()["audit"]["healthy"]
-                if not healthy:
-                    break
-        if healthy:
-            healthy = not H.wait_until(lambda: not cordon.status()["audit"]["healthy"], 5, 0.1)
-        self.assertFalse(healthy, "audit still healthy after the log file hit RLIMIT_FSIZE")
+                time.sleep(0.05)  # let the writer catch up before asking
+
+        self.assertTrue(cordon.fill_audit_until_unhealthy(send, 20000, 500),
+                        "audit still healthy after the log file hit RLIMIT_FSIZE")
         name = fresh("unaudited")
         r = dig(addr, name)
         self.assertEqual(r.status, "REFUSED", f"an allowed name answered unaudited: {r!r}")
