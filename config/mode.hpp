@@ -17,9 +17,11 @@ bool report_relaxes(deny_reason r) noexcept;
 /// A decision with the job's mode applied.
 struct moded_decision {
     /// What the proxy does. When report mode relaxed a denial this is allowed, and `rule` is
-    /// the rule that names the host (port, protocol, method), whose `resolves_to` still
-    /// governs the addresses, exactly as in enforce mode; or nullptr (no_rule), and then
-    /// every address must be public (check_addresses()). The address check is never relaxed.
+    /// the rule that opened this very host and port (a protocol or method denial), whose
+    /// `resolves_to` still governs the addresses, exactly as in enforce mode; or nullptr
+    /// (no_rule, port), and then every address must be public (check_addresses()): a rule's
+    /// non-public addresses are never lent to ports it does not list. The address check is
+    /// never relaxed.
     decision effective;
     /// The reason enforce mode would have denied it; none when it did not.
     deny_reason would_deny = deny_reason::none;

@@ -127,8 +127,10 @@ class ReportModeTest(unittest.TestCase):
 
     # -- let through, audited, counted ---------------------------------------------------
 
-    def test_connect_to_unlisted_port_is_let_through_and_audited(self):
-        target = f"listed.test:{HTTP.port}"  # the rule lists ECHO.port only
+    def test_connect_with_unlisted_protocol_is_let_through_and_audited(self):
+        # web.test:HTTP.port is open to http only: a CONNECT there would be denied
+        # (protocol). Same host and port, so the rule's resolves_to (loopback) still applies.
+        target = f"web.test:{HTTP.port}"
         before = self.scrape()
         c, r = self.connect(self.learner, target)
         self.assertEqual(r.status, 200, r)
@@ -139,7 +141,7 @@ class ReportModeTest(unittest.TestCase):
         c.close()
         opened = self.opens(self.learner, target)
         self.assertEqual(len(opened), 1, opened)
-        self.assertEqual(opened[0]["would_deny"], "port")
+        self.assertEqual(opened[0]["would_deny"], "protocol")
         self.assertEqual(opened[0]["job"], "learner")
         after = self.scrape()
         self.assertEqual(metric(after, "cordon_connections_total", job="learner",
@@ -152,6 +154,14 @@ class ReportModeTest(unittest.TestCase):
                                 decision="allowed"))
         # The same request of the enforced job is denied.
         _, r = self.connect(self.strict, target)
+        self.assertDenied(r, 403, "protocol")
+
+    def test_unlisted_port_gets_no_loan_of_non_public_addresses(self):
+        # listed.test may resolve to loopback on ECHO.port only; on any other port report
+        # mode lets through public addresses alone.
+        _, r = self.connect(self.learner, f"listed.test:{HTTP.port}")
+        self.assertDenied(r, 403, "private_address")
+        _, r = self.connect(self.strict, f"listed.test:{HTTP.port}")
         self.assertDenied(r, 403, "port")
 
     def test_http_method_not_listed_is_forwarded_and_audited(self):
@@ -266,13 +276,13 @@ class ReportModeTest(unittest.TestCase):
                                 decision="would_deny"), 0)
 
     def test_reload_keeps_would_deny_tunnels_of_report_jobs(self):
-        target = f"listed.test:{HTTP.port}"
+        target = f"web.test:{HTTP.port}"  # would-deny: protocol
         c, r = self.connect(self.learner, target)
         self.assertEqual(r.status, 200, r)
         status, js = self.cordon.admin("POST", "/v1/reload")
         self.assertEqual(status, 200, js)
         # Still open: a request through it is answered.
-        c.send(b"GET /after-reload HTTP/1.1\r\nHost: listed.test\r\nConnection: close\r\n\r\n")
+        c.send(b"GET /after-reload HTTP/1.1\r\nHost: web.test\r\nConnection: close\r\n\r\n")
         self.assertEqual(c.read_response(10).status, 200)
         c.close()
 

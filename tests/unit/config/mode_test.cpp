@@ -68,7 +68,8 @@ TEST_CASE("report mode: which denials are relaxed", "[mode]") {
         // jobs.
         {"learner", "127.0.0.1", 443, C, "", R::private_address, R::none},
         {"learner", "169.254.169.254", 80, H, "GET", R::private_address, R::none},
-        {"learner", "10.9.1.1", 443, C, "", R::none, R::port},  // its cidr rule opens it
+        // Its cidr rule opens the range on port 22 only: never lent to other ports.
+        {"learner", "10.9.1.1", 443, C, "", R::private_address, R::none},
         {"learner", "10.8.1.1", 22, C, "", R::private_address, R::none},
         {"learner", "::1", 443, C, "", R::private_address, R::none},
         {"learner", "bad..name", 443, C, "", R::bad_request, R::none},
@@ -87,10 +88,10 @@ TEST_CASE("report mode: which denials are relaxed", "[mode]") {
         CHECK(m.effective.reason == r.effective);
         CHECK(m.would_deny == r.would_deny);
         CHECK(m.reported() == (r.would_deny != R::none));
-        if (m.would_deny == R::no_rule) {
-            CHECK(m.effective.rule == nullptr);  // no rule names it: no resolves_to applies
+        if (m.would_deny == R::no_rule || m.would_deny == R::port) {
+            CHECK(m.effective.rule == nullptr);  // no rule opened this host and port
         } else if (m.reported()) {
-            CHECK(m.effective.rule != nullptr);  // the rule naming the host still governs
+            CHECK(m.effective.rule != nullptr);  // the rule of this host and port governs
         }
     }
 }
@@ -112,11 +113,24 @@ TEST_CASE("report mode: the address check is never relaxed", "[mode]") {
         CHECK(check_addresses(m.effective, in_range).reason == deny_reason::private_address);
         CHECK(check_addresses(m.effective, mixed).reason == deny_reason::private_address);
     }
-    SECTION("a named host on another port: its rule's resolves_to, as in enforce mode") {
+    SECTION("a named host on another port: public addresses only, its resolves_to is not "
+            "lent to ports its rule does not list") {
         a.host = "wiki.corp.example";
         a.port = 8080;
         const moded_decision m = decide_with_mode(a, *p);
         REQUIRE(m.would_deny == deny_reason::port);
+        CHECK(check_addresses(m.effective, public_only).allowed());
+        CHECK(check_addresses(m.effective, in_range).reason == deny_reason::private_address);
+        CHECK(check_addresses(m.effective, mixed).reason == deny_reason::private_address);
+    }
+    SECTION("a named host and port with another method: its rule's resolves_to, as in "
+            "enforce mode") {
+        a.host = "wiki.corp.example";
+        a.port = 80;
+        a.kind = request_kind::http;
+        a.method = "POST";
+        const moded_decision m = decide_with_mode(a, *p);
+        REQUIRE(m.would_deny == deny_reason::method);
         CHECK(check_addresses(m.effective, public_only).allowed());
         CHECK(check_addresses(m.effective, in_range).allowed());
         CHECK(check_addresses(m.effective, other_private).reason ==
