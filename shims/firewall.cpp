@@ -24,25 +24,25 @@ bool cgroup_char(char c) {
            c == '.' || c == '_' || c == '@' || c == ':' || c == '+' || c == '-';
 }
 
-/// "ip daddr 10.0.0.1 " / "ip6 daddr fd00::1 " / "meta nfproto ipv4 " (wildcard, from a
-/// sandbox network: the input hook sees only packets for this host) / "fib daddr type local
-/// meta nfproto ipv4 " (wildcard, from a local process: any address of this host).
-std::string match_daddr(const config::ip_address& a, bool local_process) {
+/// "ip daddr 10.0.0.1 " / "ip6 daddr fd00::1 " / "fib daddr type local meta nfproto ipv4 "
+/// (a wildcard listener: any address of this host, never a forwarded packet's, so a sandbox
+/// cannot reach another host's port 53 or 3128 through this rule in the forward chain).
+std::string match_daddr(const config::ip_address& a) {
     if (is_unspecified(a)) {
-        std::string m = local_process ? "fib daddr type local " : "";
-        return m + (a.is_v4() ? "meta nfproto ipv4 " : "meta nfproto ipv6 ");
+        return a.is_v4() ? "fib daddr type local meta nfproto ipv4 "
+                         : "fib daddr type local meta nfproto ipv6 ";
     }
     return (a.is_v4() ? "ip daddr " : "ip6 daddr ") + a.to_string() + " ";
 }
 
 /// The accept rules for cordon's listeners, one per line, indented.
-std::string allow_listeners(const firewall_spec& s, bool local_process) {
+std::string allow_listeners(const firewall_spec& s) {
     std::string out;
-    const std::string proxy = match_daddr(s.proxy.address, local_process);
+    const std::string proxy = match_daddr(s.proxy.address);
     out += "\t\t" + proxy + "tcp dport " + std::to_string(s.proxy.port) +
            " accept comment \"cordon proxy\"\n";
     if (s.dns) {
-        const std::string dns = match_daddr(s.dns->address, local_process);
+        const std::string dns = match_daddr(s.dns->address);
         const std::string port = std::to_string(s.dns->port);
         out += "\t\t" + dns + "udp dport " + port + " accept comment \"cordon dns\"\n";
         out += "\t\t" + dns + "tcp dport " + port + " accept comment \"cordon dns\"\n";
@@ -257,7 +257,7 @@ firewall_result make_firewall(const firewall_spec& s) {
              "\t}\n\n";
         o += "\tchain sandbox_to_cordon {\n";
         if (!s.kill) {
-            o += allow_listeners(s, false);
+            o += allow_listeners(s);
             o += "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n"
                  "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n";
         }
@@ -273,7 +273,7 @@ firewall_result make_firewall(const firewall_spec& s) {
              std::to_string(level) + " \"" + *s.cgroup + "\" jump cgroup_to_cordon\n\t}\n\n";
         o += "\tchain cgroup_to_cordon {\n";
         if (!s.kill) {
-            o += allow_listeners(s, true);
+            o += allow_listeners(s);
             o += "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n";
         }
         o += "\t\tjump refuse\n\t}\n\n";

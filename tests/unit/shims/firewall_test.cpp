@@ -110,15 +110,17 @@ TEST_CASE("firewall: IPv6 and wildcard listeners, no DNS", "[shim][firewall]") {
         CHECK_FALSE(has(r.ruleset, "cordon dns"));
         CHECK(has(r.ruleset, "; no dns listener"));
     }
-    SECTION("wildcard: any of this host's addresses, that family only") {
+    SECTION("wildcard: any of this host's addresses (never a forwarded packet's), that "
+            "family only") {
         s.proxy = ep("0.0.0.0:3128");
         s.dns = ep("[::]:53");
         const auto r = make_firewall(s);
         REQUIRE(r.ok());
         const std::string c = chain(r.ruleset, "sandbox_to_cordon");
-        CHECK(has(c, "\t\tmeta nfproto ipv4 tcp dport 3128 accept"));
-        CHECK(has(c, "\t\tmeta nfproto ipv6 udp dport 53 accept"));
-        CHECK(has(c, "\t\tmeta nfproto ipv6 tcp dport 53 accept"));
+        CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv4 tcp dport 3128 accept"));
+        CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv6 udp dport 53 accept"));
+        CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv6 tcp dport 53 accept"));
+        CHECK_FALSE(has(c, "\t\tmeta nfproto"));  // no rule matching any destination
         CHECK_FALSE(has(r.ruleset, "cordon's replies"));  // a wildcard is this host's own
     }
 }
