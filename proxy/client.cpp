@@ -220,6 +220,9 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
                                        char* window) {
     body_result r;
     char* const chunk = window;  // body_window_size bytes, the connection's
+    // Only the head is parsed yet, so a parser already done means a message without a body
+    // (HEAD, 204, 304) whatever its Transfer-Encoding says: no chunk framing to write.
+    chunked = chunked && !p.is_done();
     p.eager(true);
     if (!p.is_done() && from_buffer.size() == 0) {
         // Nothing of the body here yet: the head goes now, not when the body comes.

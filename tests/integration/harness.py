@@ -271,6 +271,12 @@ class _OriginHandler(http.server.BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         self._record()
+        if urllib.parse.urlsplit(self.path).path == "/chunked":
+            # The head a GET would get, announcing chunked framing, and no body.
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            return
         body = b'{"origin": "http"}\n'
         self._send(200, body, "application/json")
 

@@ -749,6 +749,19 @@ class HTTPForwardTests(CordonTestCase):
         self.assertEqual(r.body, b"")
         self.assertEqual(len(HTTP.requests_matching(m)), 1)
 
+    def test_head_of_a_chunked_resource_keeps_the_connection_in_step(self):
+        # A HEAD answer announcing chunked framing has no body: nothing may follow it, or
+        # the next response on the kept-alive connection is read from the wrong place.
+        c, r = self.request(http_req("HEAD", f"http://localhost:{HTTP.port}/chunked",
+                                     auth=self.auth), method="HEAD")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("Transfer-Encoding"), "chunked")
+        m = marker("after-head")
+        c.send(http_req("GET", f"http://localhost:{HTTP.port}{m}", auth=self.auth))
+        r2 = c.read_response(10)
+        self.assertEqual(r2.status, 200, r2)
+        self.assertEqual(r2.json()["path"], m)
+
     def test_post_body_exact(self):
         m = marker("post")
         body = os.urandom(12345)
