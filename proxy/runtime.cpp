@@ -3,6 +3,7 @@
 #include "config/classify.hpp"
 #include "config/load.hpp"
 #include "config/mode.hpp"
+#include "proxy/redact.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -58,11 +59,20 @@ bool runtime::audit_durable(audit_record&& r) {
 bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_->healthy(); }
 
 void runtime::denied(const denial& d) {
-    // Observers (metrics, the denial table, the webhook) join here.
+    // Observers (metrics, the denial table, the webhook) join here. A target is host:port
+    // or a name, except where a request is refused before its target is parsed (kill
+    // switch, credentials, audit failure): then it is the request's URL, whose userinfo,
+    // query secrets and token shapes never reach the table or the webhook.
+    std::string cleaned;
+    std::string_view target = d.target;
+    if (target.find("://") != std::string_view::npos) {
+        cleaned = redact_text(redact_url(target));
+        target = cleaned;
+    }
     stats.count_denied(d.job, d.reason, d.kind != "dns", d.count);
-    denials.record(d.job, d.target, d.reason, d.kind, now(), d.count);
+    denials.record(d.job, target, d.reason, d.kind, now(), d.count);
     if (notifier) {
-        notifier->submit(d.job, d.session, d.reason, d.target, d.kind, d.count);
+        notifier->submit(d.job, d.session, d.reason, target, d.kind, d.count);
     }
 }
 

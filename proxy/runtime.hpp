@@ -116,7 +116,8 @@ struct denial {
     std::string_view job;      ///< "" when the client could not be attributed
     std::string_view session;  ///< "" for clients attributed by `sources` or not at all
     std::string_view reason;   ///< a deny reason name (config::to_string(deny_reason))
-    std::string_view target;   ///< "host:port" for the proxy, the name for DNS
+    std::string_view target;   ///< "host:port" (a URL when refused early: denied() redacts
+                               ///< it), the name for DNS
     std::string_view kind;     ///< "connect", "http" or "dns"
     std::uint64_t count = 1;   ///< identical attempts (the DNS server reports repeats at once)
 };

@@ -384,6 +384,15 @@ class NetworkKillAPITests(KillCase):
                 r = c.read_response(5, method=method)
                 self.assertDenied(r, 403, "kill_switch")
                 self.assertClosed(c)
+        # Refused before its target was parsed, a URL's secrets stay out of the table.
+        secret = "sk-" + "q" * 32
+        c = self.conn()
+        c.send(http_get(f"http://user:pw-{secret}@localhost:{HTTP.port}/x?token={secret}"))
+        self.assertDenied(c.read_response(5), 403, "kill_switch")
+        c.close()
+        _, _, raw = self.cordon.admin_raw("GET", "/v1/denials")
+        self.assertIn(b"localhost", raw)
+        self.assertNotIn(secret.encode(), raw)
         time.sleep(0.2)
         self.assertEqual(len(HTTP.requests_matching(path)), 0, "the HTTP origin was reached")
         self.assertEqual(len(HTTP.requests), n_http)
