@@ -137,7 +137,9 @@ replay_result replay(const seen_traffic& seen, const compiled_policy& p) {
         a.method = r.method;
         decision d = decide(a, p);
         bool undetermined = false;
-        if (d.allowed() && !r.address.empty()) {
+        // A literal is decided by its rules alone, as the proxy does (no resolution, no
+        // resolves_to); a name's recorded address is checked as after a resolution.
+        if (d.allowed() && !r.ip_literal && !r.address.empty()) {
             if (const auto ip = parse_ip(r.address)) {
                 const ip_address addrs[] = {*ip};
                 d = check_addresses(d, addrs);

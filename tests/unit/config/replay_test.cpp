@@ -135,3 +135,23 @@ TEST_CASE("replay: verdicts are enforce verdicts even for a report-mode job", "[
     CHECK(r.same_denied == 1);
     CHECK(render_table(r, "new.yaml").find("report mode") != std::string::npos);
 }
+
+TEST_CASE("replay: a non-public IP literal its cidr rule allows stays allowed", "[replay]") {
+    // The proxy checks a literal against the rules only (decide()); there is no resolution
+    // and no resolves_to for a cidr rule, so its recorded address is the literal itself.
+    seen_traffic t;
+    t.job = "agent";
+    seen_request r = req("10.1.0.9", 5432, seen_outcome::allowed, 3);
+    r.ip_literal = true;
+    r.address = "10.1.0.9";
+    t.requests = {r};
+    const auto p = policy_of("      - { cidr: 10.1.0.0/16, ports: [5432], protocol: tcp }\n");
+    const replay_result res = replay(t, *p);
+    CHECK(res.newly_denied.empty());
+    CHECK(res.newly_allowed.empty());
+    CHECK(res.same_allowed == 3);
+    const auto narrower = policy_of("      - { cidr: 10.2.0.0/16, ports: [5432], protocol: tcp }\n");
+    const replay_result gone = replay(t, *narrower);
+    REQUIRE(gone.newly_denied.size() == 1);
+    CHECK(gone.newly_denied[0].count == 3);
+}
