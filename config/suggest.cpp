@@ -99,8 +99,11 @@ public:
         std::map<std::string, node> trees;  // by registrable domain
         for (const auto& [name, a] : names) {
             const auto rd = psl_.registrable_domain(name);
-            if (!rd) {
-                exact(name, a);  // a public suffix itself: never below a wildcard
+            if (!rd || !a.addresses.empty()) {
+                // A public suffix itself, or a name with non-public addresses of its own
+                // (its resolves_to must not open them to every sibling): never below a
+                // wildcard.
+                exact(name, a);
                 continue;
             }
             node* n = &trees[std::string(*rd)];

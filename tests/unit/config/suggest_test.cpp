@@ -158,6 +158,22 @@ TEST_CASE("suggest: wildcards only above the sibling threshold", "[suggest]") {
     }
 }
 
+TEST_CASE("suggest: a name's non-public addresses are never lent to a wildcard", "[suggest]") {
+    const auto psl = public_suffix_list::parse(list);
+    seen_traffic t;
+    t.job = "agent";
+    for (const char* n : {"a", "b", "c", "d", "e"}) {
+        t.requests.push_back(req(std::string(n) + ".corp.example.org", 443));
+    }
+    t.requests[0].address = "10.20.0.5";  // a.corp.example.org reached private space
+    const suggestion s = suggest(t, psl, {3});
+    REQUIRE(hosts(s) == std::vector<std::string>{"*.corp.example.org", "a.corp.example.org"});
+    CHECK(find_rule(s, "a.corp.example.org")->resolves_to ==
+          std::vector<std::string>{"10.20.0.5/32"});
+    CHECK(find_rule(s, "*.corp.example.org")->resolves_to.empty());
+    CHECK(find_rule(s, "*.corp.example.org")->names.size() == 4);
+}
+
 TEST_CASE("suggest: never wider than the registrable domain", "[suggest]") {
     const auto psl = public_suffix_list::parse(list);
     seen_traffic t;
