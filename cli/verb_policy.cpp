@@ -58,7 +58,8 @@ options:
 Exit status:
   suggest: 0 printed; 1 no traffic of the job found, or a file unreadable; 2 usage error.
   replay:  0 no verdict changes; 3 some request newly denied; 4 none newly denied but some
-           newly allowed (or undetermined); 1 a file unreadable or the job not in NEW.yaml;
+           newly allowed (or undetermined); 1 a file unreadable, the job not in NEW.yaml
+           or no request of the job recorded;
            2 usage error. In CI, fail on 3 to catch a policy that breaks observed traffic.
 )";
 
@@ -298,8 +299,10 @@ int replay(const options& o) {
         return 1;
     }
     if (seen.requests.empty()) {
+        // Nothing to judge is not "no change": a CI gate must not pass on a wrong directory.
         std::cerr << "cordon policy replay: no requests of job " << *o.job << " in " << dir
                   << '\n';
+        return 1;
     }
     const config::replay_result r = config::replay(seen, *compiled);
     const std::string out = format == "json" ? config::render_json(r, *o.config_file)

@@ -106,13 +106,9 @@ int worksheet(args in) {
     if (!job) {
         return fail_usage("missing JOB");
     }
-    // As in the policy: 1-64 characters of [A-Za-z0-9._-] (and so safe in the URL path).
-    constexpr std::string_view name_chars =
-        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
-    const bool name_ok = !job->empty() && job->size() <= 64 &&
-                         job->find_first_not_of(name_chars) == std::string::npos;
-    if (!name_ok) {
-        return fail_usage("'" + *job + "' is not a job name ([A-Za-z0-9._-], 1-64 characters)");
+    if (!config::valid_job_name(*job)) {  // as the policy allows: safe in the URL path
+        return fail_usage("'" + *job + "' is not a job name (1-64 of [A-Za-z0-9._-], starting "
+                          "with a letter or digit)");
     }
     if (file) {
         if (admin_given) {

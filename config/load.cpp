@@ -48,20 +48,6 @@ std::string kind_of(const YAML::Node& n) {
     return "something else";
 }
 
-bool valid_job_name(std::string_view s) {
-    if (s.empty() || s.size() > static_cast<std::size_t>(max_job_name)) {
-        return false;
-    }
-    auto alnum = [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    };
-    if (!alnum(s.front())) {
-        return false;
-    }
-    return std::all_of(s.begin(), s.end(),
-                       [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
-}
-
 bool valid_env_name(std::string_view s) {
     if (s.empty() || (s[0] >= '0' && s[0] <= '9')) {
         return false;
@@ -1269,6 +1255,21 @@ diagnostic whole_file(std::string_view file, std::string message) {
 }
 
 }  // namespace
+
+bool valid_job_name(std::string_view s) noexcept {
+    if (s.empty() || s.size() > static_cast<std::size_t>(max_job_name)) {
+        return false;
+    }
+    auto alnum = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    };
+    if (!alnum(s.front())) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(),
+                       [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
 
 load_result load_policy(std::string_view text, std::string_view file) {
     load_result result;

@@ -32,6 +32,10 @@ struct load_result {
     bool ok() const noexcept { return value.has_value(); }
 };
 
+/// A job name as the policy allows it: 1-64 of [A-Za-z0-9._-], starting with a letter or
+/// digit (so it is safe in a URL path: never "." or "..").
+bool valid_job_name(std::string_view s) noexcept;
+
 /// Loads and validates policy text. `file` names it in diagnostics.
 load_result load_policy(std::string_view text, std::string_view file);
 

@@ -184,7 +184,7 @@ section identity(const config::job& j, const std::optional<running_state>& st) {
                             "id and token; nothing is shared between sessions"));
     s.checks.push_back(tick("short_lived", "Tokens minted at session start, revoked at end", true,
                             "expire by themselves after " + config::format_duration(id.ttl) +
-                                "; revoked at session end and on every kill"));
+                                "; revoked at session end, by a session kill and by cordon token revoke"));
     s.checks.push_back(tick("mint_hook", "Credential minted per session by a hook",
                             id.mint.has_value(),
                             id.mint ? "identity.mint runs at session start; never logged"

@@ -164,6 +164,13 @@ class FixtureTest(unittest.TestCase):
         r = cordon("policy", "replay", "--config", policy, "--job", "research")
         self.assertEqual(r.returncode, 1)
         self.assertIn("not in", r.stderr)
+        # Nothing recorded (a wrong --audit): an error, never "no change" for a CI gate.
+        policy = card(self.tmp, "research", "egress: []", AUDIT)
+        empty = self.tmp.join("empty-audit")
+        os.mkdir(empty)
+        r = cordon("policy", "replay", "--config", policy, "--job", "research", "--audit", empty)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("no requests of job research", r.stderr)
         for verb in ("suggest", "replay"):
             h = cordon("policy", verb, "--help")
             self.assertEqual(h.returncode, 0)
