@@ -1,5 +1,7 @@
 #include "proxy/http_head.hpp"
 
+#include <algorithm>
+
 namespace cordon::proxy {
 
 bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
@@ -16,6 +18,21 @@ bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
         }
     }
     return true;
+}
+
+bool ascii_iless(std::string_view a, std::string_view b) noexcept {
+    const auto lower = [](char c) {
+        return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+    };
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        const char x = lower(a[i]);
+        const char y = lower(b[i]);
+        if (x != y) {
+            return static_cast<unsigned char>(x) < static_cast<unsigned char>(y);
+        }
+    }
+    return a.size() < b.size();
 }
 
 bool hop_by_hop_name(std::string_view name) noexcept {

@@ -4,8 +4,10 @@
 // parsed into a field container and serialised again. Pure (no sockets, no Beast); appends
 // to a caller's buffer, so a reused buffer means no allocation per request.
 
+#include <algorithm>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cordon::proxy {
 
@@ -48,6 +50,9 @@ void for_each_field(std::string_view fields, Fn&& fn) {
 /// ASCII case-insensitive equality.
 bool ascii_iequals(std::string_view a, std::string_view b) noexcept;
 
+/// ASCII case-insensitive ordering (for sorted lookups consistent with ascii_iequals).
+bool ascii_iless(std::string_view a, std::string_view b) noexcept;
+
 /// Calls `fn(token)` for each element of a comma-separated list (a Connection value),
 /// trimmed of spaces and tabs; empty elements are skipped.
 template <class Fn>
@@ -77,25 +82,22 @@ void for_each_token(std::string_view list, Fn&& fn) {
 /// before heads were forwarded as bytes.
 template <class Fields>
 void append_end_to_end_fields(std::string& out, Fields&& fields, const field_filter& f) {
-    // Most heads have no Connection field with other names in it: then no per-field
-    // lookup of the lists is needed.
-    bool has_connection = false;
-    fields([&](std::string_view n, std::string_view) {
-        has_connection = has_connection || ascii_iequals(n, "connection") ||
-                         ascii_iequals(n, "proxy-connection");
+    // The names Connection / Proxy-Connection list, gathered once and sorted: each field is
+    // then looked up in log time, whatever a client packs into its head. Names cut anyway
+    // (hop-by-hop) or never cut (the body's framing) are left out, so the usual
+    // "keep-alive" or "close" lists nothing and costs no allocation.
+    std::vector<std::string_view> listed;
+    fields([&](std::string_view n, std::string_view v) {
+        if (ascii_iequals(n, "connection") || ascii_iequals(n, "proxy-connection")) {
+            for_each_token(v, [&](std::string_view t) {
+                if (!hop_by_hop_name(t) && !ascii_iequals(t, "transfer-encoding") &&
+                    !ascii_iequals(t, "content-length")) {
+                    listed.push_back(t);
+                }
+            });
+        }
     });
-    const auto listed = [&](std::string_view name) {
-        bool found = false;
-        fields([&](std::string_view n, std::string_view v) {
-            if (!found &&
-                (ascii_iequals(n, "connection") || ascii_iequals(n, "proxy-connection"))) {
-                for_each_token(v, [&](std::string_view t) {
-                    found = found || ascii_iequals(t, name);
-                });
-            }
-        });
-        return found;
-    };
+    std::sort(listed.begin(), listed.end(), ascii_iless);
     fields([&](std::string_view n, std::string_view v) {
         const bool upgrade = f.keep_upgrade && ascii_iequals(n, "upgrade");
         if (!upgrade) {
@@ -103,8 +105,8 @@ void append_end_to_end_fields(std::string& out, Fields&& fields, const field_fil
                 (f.drop_expect && ascii_iequals(n, "expect"))) {
                 return;
             }
-            if (has_connection && !ascii_iequals(n, "transfer-encoding") &&
-                !ascii_iequals(n, "content-length") && listed(n)) {
+            if (!listed.empty() && std::binary_search(listed.begin(), listed.end(), n,
+                                                      ascii_iless)) {
                 return;
             }
         }
