@@ -19,8 +19,9 @@ double ms_since(steady::time_point t0) {
     return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
 }
 
-// Keeps the measurement for the worksheet (last measured stop time), after the kill's
-// effects are out: a failure here costs the measurement, never the kill.
+// Keeps the measurement for the worksheet (last measured stop time). Posted by the kills to
+// run after their answer is on its way: a failure or a slow disk here costs the measurement,
+// never the kill or its answer.
 void save_timing(state_store* store, const char* scope, const kill_outcome& out,
                  wall_clock::time_point at) {
     if (store == nullptr || out.already) {
@@ -86,7 +87,9 @@ awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const s
                     json::serialize(json::object{{"reason", reason},
                                                  {"by", by},
                                                  {"at", format_rfc3339(kill_info.at)}}));
-    save_timing(store.get(), "network", out, kill_info.at);
+    // After the answer, not before it: the measurement's fsync is no part of the kill.
+    const auto ex = co_await net::this_coro::executor;
+    net::post(ex, [this, out, at = kill_info.at] { save_timing(store.get(), "network", out, at); });
     co_return out;
 }
 
@@ -155,7 +158,8 @@ awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& 
                                                  {"reason", reason},
                                                  {"by", by}}));
     forget_usage(id);
-    save_timing(store.get(), "session", out, now());
+    const auto ex = co_await net::this_coro::executor;
+    net::post(ex, [this, out, at = now()] { save_timing(store.get(), "session", out, at); });
     co_return out;
 }
 
