@@ -125,7 +125,8 @@ std::string add_sandbox_cidr(std::string_view text, std::vector<config::cidr>& o
                ": matches every address, the host's administrators too; name the sandbox "
                "networks";
     }
-    if (is_loopback(c.network)) {
+    // Containing loopback, not only starting there: 0.0.0.0/1 or ::/8 hold it too.
+    if (c.contains(*config::parse_ip(c.network.is_v4() ? "127.0.0.1" : "::1"))) {
         return "--sandbox-cidr " + c.to_string() +
                ": loopback is this host, not a sandbox network (use --cgroup for local "
                "processes)";

@@ -175,6 +175,8 @@ TEST_CASE("firewall: --sandbox-cidr is strict", "[shim][firewall]") {
     CHECK(has(err("::/0"), "matches every address"));
     CHECK(has(err("127.0.0.0/8"), "loopback"));
     CHECK(has(err("::1/128"), "loopback"));
+    CHECK(has(err("0.0.0.0/1"), "loopback"));  // holds 127.0.0.0/8
+    CHECK(has(err("::/8"), "loopback"));       // holds ::1
     CHECK_FALSE(err("192.168.1.1/24").empty());  // host bits set
     CHECK_FALSE(err("192.168.1.0").empty());     // no length
     CHECK_FALSE(err("192.168.1.0/33").empty());
