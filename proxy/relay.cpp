@@ -144,6 +144,9 @@ void tunnel_relay::pump(direction& d, const keep_t& keep) {
             end(d);
             return;
         }
+        if (w_.urgent.load(std::memory_order_relaxed) > 0) {
+            break;  // a kill is waiting in this thread's queue: go behind it
+        }
         std::size_t n = 0;
         error_code ec;
         bool spliced = true;

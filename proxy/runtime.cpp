@@ -104,7 +104,9 @@ awaitable<std::size_t> runtime::on_workers(const std::function<std::size_t(worke
     auto p = std::make_shared<progress>(ex);
     p->pending = workers.size();
     for (auto& w : workers) {
+        w->urgent.fetch_add(1, std::memory_order_relaxed);
         net::post(w->ioc, [p, &fn, wp = w.get(), ex] {
+            wp->urgent.fetch_sub(1, std::memory_order_relaxed);
             p->total += fn(*wp);
             if (--p->pending == 0) {
                 net::post(ex, [p] { p->done.cancel(); });

@@ -99,6 +99,10 @@ struct worker {
     /// sweeping an intrusive list (proxy/relay.cpp), not a timer and a wait per tunnel.
     net::steady_timer idle_sweep{ioc};
     bool sweep_armed = false;
+    /// Control work (a kill, a reload's closing) posted here and not yet run. While it is
+    /// non-zero a relay moves no data and yields at once, so the control handler is not
+    /// queued behind a round of bulk transfers (milliseconds per busy tunnel).
+    std::atomic<int> urgent{0};
     std::unique_ptr<dns::resolver> resolver;
     std::thread thread;
 };
