@@ -3,7 +3,8 @@
 //   setup_bench setup --sink-port P [--proxy HOST:PORT] [--target NAME:PORT] [--auth U:P]
 //       each operation: connect, CONNECT target (when proxied), 200, an 8-byte request, the
 //       sink's 8-byte reply, close. Direct (no --proxy): connect to the sink, request, reply,
-//       close, to show the client and sink are not the bottleneck.
+//       close, to show the client and sink are not the bottleneck. --relay HOST:PORT: the same
+//       exchange through a plain TCP relay (no CONNECT) that forwards to the sink.
 //   setup_bench deny --proxy HOST:PORT --target NAME:PORT
 //       each operation: connect, CONNECT to a target the proxy must refuse, read the answer
 //       head (403/407/other 4xx counted as a denial), close.
@@ -172,8 +173,11 @@ int main(int argc, char** argv) {
         connect_req += "Proxy-Authorization: Basic " + cordon::proxy::base64_encode(auth) + "\r\n";
     }
     connect_req += "\r\n";
-    const sockaddr_in dest =
-        proxy.empty() ? addr_of("127.0.0.1:" + std::to_string(sink_port)) : addr_of(proxy);
+    // --relay: a plain TCP relay (no CONNECT) in front of the sink, e.g. haproxy in TCP mode.
+    const std::string relay = arg(argc, argv, "--relay");
+    const sockaddr_in dest = !relay.empty() ? addr_of(relay)
+                             : proxy.empty() ? addr_of("127.0.0.1:" + std::to_string(sink_port))
+                                             : addr_of(proxy);
 
     const int ep = ::epoll_create1(EPOLL_CLOEXEC);
     std::vector<Conn> conns(static_cast<std::size_t>(concurrency));

@@ -1,7 +1,8 @@
 // Tunnel benchmarks against a loopback sink, direct or through a CONNECT proxy.
 //
-//   tunnel_bench throughput --bytes N [--proxy HOST:PORT --auth USER:PASS]
+//   tunnel_bench throughput --bytes N [--proxy HOST:PORT --auth USER:PASS | --relay HOST:PORT]
 //       one connection sends N bytes to a sink it starts on 127.0.0.1; prints MiB/s.
+//       --relay: connect to a plain TCP relay (no CONNECT) that forwards to the sink.
 //   tunnel_bench idle --tunnels N --proxy HOST:PORT --auth USER:PASS --pid PID
 //       opens N CONNECT tunnels to the sink, each with one small exchange, leaves them idle
 //       and prints the proxy's RSS growth per tunnel (from /proc/PID/status).
@@ -213,7 +214,8 @@ int main(int argc, char** argv) {
         const unsigned long long bytes = std::stoull(arg(argc, argv, "--bytes", "1073741824"));
         std::vector<char> buf(1 << 20, 'x');
         const auto t0 = steady::now();
-        const int fd = connect_to(addr_of(proxy.empty() ? target : proxy));
+        const std::string relay = arg(argc, argv, "--relay");
+        const int fd = connect_to(addr_of(!relay.empty() ? relay : proxy.empty() ? target : proxy));
         if (!proxy.empty()) {
             proxy_connect(fd, target_name, auth);
         }
