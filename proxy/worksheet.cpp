@@ -234,16 +234,35 @@ section kill_switch(const config::policy& p, const std::optional<running_state>&
         measured = "not yet measured";
         within_why = "not yet measured: no kill has been made on this cordon";
     } else {
+        // A kill that closed no connection measured nothing (its elapsed time is only the
+        // bookkeeping): it cannot tick the box, though one beyond the promise still unticks it.
         strings parts;
-        within = true;
+        strings empty;
+        bool beyond = false;
         for (const auto& k : st->kills) {
             parts.push_back(k.scope + " kill: " + ms_text(k.elapsed_ms) + " (" +
                             std::to_string(k.connections_closed) + " connections closed) at " +
                             format_rfc3339(k.at));
-            within = within && k.elapsed_ms <= p.kill.max_stop_seconds * 1000.0;
+            if (k.connections_closed == 0) {
+                empty.push_back(k.scope);
+            }
+            beyond = beyond || !(k.elapsed_ms <= p.kill.max_stop_seconds * 1000.0);
         }
         measured = join(parts, "; ");
-        within_why = measured + ", from the kill call to every connection closed, inside cordon";
+        const bool one = empty.size() == 1;
+        const std::string which = join(empty, " and ") + (one ? " kill" : " kills");
+        if (empty.size() == st->kills.size()) {
+            within_why = "last " + which + " closed no connection: nothing measured (" +
+                         measured + ")";
+        } else {
+            within = !beyond;
+            within_why = measured +
+                         ", from the kill call to every connection closed, inside cordon";
+            if (!empty.empty()) {
+                within_why += "; the last " + which + " closed no connection and " +
+                              (one ? "proves" : "prove") + " nothing";
+            }
+        }
     }
     s.facts.push_back({"last_measured", "Last measured stop-to-stopped", measured});
     if (st) {

@@ -203,11 +203,15 @@ class RunningWorksheetTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dns = H.FakeDNS({})
+        # An echo origin the agent may tunnel to: a kill that closes a live tunnel.
+        cls.echo = H.EchoOrigin()
+        cls.dns = H.FakeDNS({"raw.test": {"A": ["127.0.0.1"]}})
         jobs = ("  agent:\n"
                 "    task: answer with the worksheet\n"
                 "    egress:\n"
                 "      - { host: api.example.com, ports: [443] }\n"
+                f"      - {{ host: raw.test, ports: [{cls.echo.port}], protocol: tcp, "
+                "resolves_to: [127.0.0.0/8] }\n"
                 "    filesystem: { scratch: /scratch, never_write: [/etc] }\n"
                 "    identity: { ttl: 30m }\n"
                 "  learner:\n"
@@ -226,12 +230,14 @@ class RunningWorksheetTest(unittest.TestCase):
         except Exception:
             cls.cordon.cleanup()
             cls.dns.stop()
+            cls.echo.stop()
             raise
 
     @classmethod
     def tearDownClass(cls):
         cls.cordon.cleanup()
         cls.dns.stop()
+        cls.echo.stop()
 
     def get(self, path, headers=None, token="default"):
         return self.cordon.admin_raw("GET", path, headers=headers, token=token)
@@ -290,12 +296,36 @@ class RunningWorksheetTest(unittest.TestCase):
         kill = js["sections"]["kill_switch"]
         if kill["facts"]["last_measured"] == "not yet measured":
             self.assertFalse(kill["checks"]["measured_within_promise"]["ticked"])
+        # A kill of a session with no connection measures nothing: the box stays unticked.
         session = self.cordon.create_session("agent")
         status, body = self.cordon.admin("POST", f"/v1/sessions/{session['id']}/kill",
                                          {"reason": "worksheet test"})
         self.assertEqual(status, 200, body)
+        self.assertEqual(body["connections_closed"], 0, body)
         kill = self.worksheet_json()["sections"]["kill_switch"]
         self.assertIn("session kill:", kill["facts"]["last_measured"])
+        self.assertFalse(kill["checks"]["measured_within_promise"]["ticked"], kill)
+        self.assertIn("closed no connection: nothing measured",
+                      kill["checks"]["measured_within_promise"]["why"])
+        # A kill that cuts a live tunnel is a measurement.
+        session = self.cordon.create_session("agent")
+        c, r = self.cordon.tunnel(session, f"raw.test:{self.echo.port}")
+        try:
+            self.assertEqual(r.status, 200, r)
+            c.send(b"ping")
+            self.assertEqual(c.recv_exact(4, 5), b"ping")
+            status, body = self.cordon.admin("POST", f"/v1/sessions/{session['id']}/kill",
+                                             {"reason": "worksheet test"})
+            self.assertEqual(status, 200, body)
+            self.assertGreaterEqual(body["connections_closed"], 1, body)
+        finally:
+            c.close()
+        # The measurement is saved just after the kill's answer: wait for it (bounded).
+        H.wait_until(lambda: "(1 connections closed)" in self.worksheet_json()[
+            "sections"]["kill_switch"]["facts"]["last_measured"], 5)
+        kill = self.worksheet_json()["sections"]["kill_switch"]
+        self.assertIn("session kill:", kill["facts"]["last_measured"])
+        self.assertIn("(1 connections closed)", kill["facts"]["last_measured"])
         self.assertTrue(kill["checks"]["measured_within_promise"]["ticked"], kill)
         # Kept in the state store: a restart still knows it.
         H.cordon_restart(self.cordon, signal.SIGTERM)

@@ -188,6 +188,32 @@ TEST_CASE("worksheet: state-dependent boxes need a running cordon", "[worksheet]
         CHECK_THAT(std::get<std::string>(find_fact(m, "kill_switch", "last_measured").v),
                    Catch::Contains("session kill: 3.5 ms"));
     }
+    SECTION("a kill that closed no connection measured nothing") {
+        st.kills = {proxy::kill_timing{"session", 0.02, 0, at.generated}};
+        const model m = build(p, j, st, at);
+        const check& c = find_check(m, "kill_switch", "measured_within_promise");
+        CHECK_FALSE(c.ticked);
+        CHECK_THAT(c.why, Catch::Contains("last session kill closed no connection: nothing "
+                                          "measured"));
+        CHECK_THAT(std::get<std::string>(find_fact(m, "kill_switch", "last_measured").v),
+                   Catch::Contains("session kill: 0.0 ms (0 connections closed)"));
+        st.kills.push_back(proxy::kill_timing{"network", 0.01, 0, at.generated});
+        CHECK_THAT(find_check(build(p, j, st, at), "kill_switch", "measured_within_promise").why,
+                   Catch::Contains("last session and network kills closed no connection: "
+                                   "nothing measured"));
+    }
+    SECTION("an empty kill beside a measured one: the measured one decides") {
+        st.kills = {proxy::kill_timing{"network", 0.01, 0, at.generated},
+                    proxy::kill_timing{"session", 3.5, 2, at.generated}};
+        const check& c = find_check(build(p, j, st, at), "kill_switch", "measured_within_promise");
+        CHECK(c.ticked);
+        CHECK_THAT(c.why, Catch::Contains("the last network kill closed no connection and "
+                                          "proves nothing"));
+        // An empty kill beyond the promise still says the promise was not kept.
+        st.kills[0].elapsed_ms = 61'000;
+        CHECK_FALSE(find_check(build(p, j, st, at), "kill_switch", "measured_within_promise")
+                        .ticked);
+    }
     SECTION("measured beyond the promise") {
         st.kills = {proxy::kill_timing{"network", 61'000, 1, at.generated}};
         CHECK_FALSE(find_check(build(p, j, st, at), "kill_switch", "measured_within_promise")
