@@ -477,33 +477,49 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
     }
 };
 
-// Binds the UDP socket and the TCP acceptor of `im` on one address and port.
+// Binds the UDP socket and the TCP acceptor of `im` on one address and port; throws
+// bind_error naming the socket that failed, with the system's reason.
 void bind_both(server::impl& im, const udp::endpoint& uep, const net::ip::address& addr,
                int one) {
-    im.udp_socket.open(uep.protocol());
+    error_code ec;
+    const auto check = [&ec](const char* transport) {
+        if (ec) {
+            throw bind_error(transport, ec.message());
+        }
+    };
+    const auto reuse_port = [&im, one](int fd, const char* transport) {
+        if (im.opts.reuse_port &&
+            ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+            throw bind_error(transport,
+                             "SO_REUSEPORT: " + std::generic_category().message(errno));
+        }
+    };
+    im.udp_socket.open(uep.protocol(), ec);
+    check("UDP");
     if (addr.is_v6()) {
-        im.udp_socket.set_option(net::ip::v6_only(true));
+        im.udp_socket.set_option(net::ip::v6_only(true), ec);
+        check("UDP");
     }
-    if (im.opts.reuse_port &&
-        ::setsockopt(im.udp_socket.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
-                     sizeof one) != 0) {
-        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
-    }
-    im.udp_socket.bind(uep);
+    reuse_port(im.udp_socket.native_handle(), "UDP");
+    im.udp_socket.bind(uep, ec);
+    check("UDP");
     // TCP on the same port as UDP (port 0: the one the UDP bind got).
-    tcp::endpoint tep(addr, im.udp_socket.local_endpoint().port());
-    im.acceptor.open(tep.protocol());
-    im.acceptor.set_option(net::socket_base::reuse_address(true));
+    const auto bound = im.udp_socket.local_endpoint(ec);
+    check("UDP");
+    tcp::endpoint tep(addr, bound.port());
+    im.acceptor.open(tep.protocol(), ec);
+    check("TCP");
+    im.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    check("TCP");
     if (addr.is_v6()) {
-        im.acceptor.set_option(net::ip::v6_only(true));
+        im.acceptor.set_option(net::ip::v6_only(true), ec);
+        check("TCP");
     }
-    if (im.opts.reuse_port &&
-        ::setsockopt(im.acceptor.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one,
-                     sizeof one) != 0) {
-        throw std::system_error(errno, std::generic_category(), "SO_REUSEPORT");
-    }
-    im.acceptor.bind(tep);
-    im.acceptor.listen();
+    reuse_port(im.acceptor.native_handle(), "TCP");
+    im.acceptor.bind(tep, ec);
+    check("TCP");
+    im.acceptor.listen(net::socket_base::max_listen_connections, ec);
+    check("TCP");
 }
 
 server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
@@ -519,9 +535,7 @@ server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
         try {
             bind_both(*impl_, uep, addr, one);
             break;
-        } catch (const std::exception&) {
-            // Asio throws boost::system::system_error (not a std::system_error), the
-            // SO_REUSEPORT check std::system_error: both are worth another port.
+        } catch (const bind_error&) {
             if (impl_->opts.listen.port != 0 || attempt >= 20) {
                 throw;
             }

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/ip.hpp"
@@ -68,6 +70,19 @@ struct server_options {
     bool reuse_port = false;
 };
 
+/// Why a server could not bind: the socket that failed ("UDP" or "TCP") and the system's
+/// reason; what() is the reason alone ("Address already in use"), without Boost's source
+/// location.
+class bind_error : public std::runtime_error {
+public:
+    bind_error(std::string transport, const std::string& reason)
+        : std::runtime_error(reason), transport_(std::move(transport)) {}
+    const std::string& transport() const noexcept { return transport_; }
+
+private:
+    std::string transport_;
+};
+
 /// One DNS listener (a UDP socket and a TCP acceptor on the same address) on one
 /// io_context, using that io_context's resolver. Not thread-safe: everything runs there.
 class server {
@@ -78,7 +93,7 @@ public:
     struct tables;
     static std::shared_ptr<tables> make_tables();
 
-    /// Binds both sockets; throws std::system_error when it cannot.
+    /// Binds both sockets; throws bind_error when it cannot.
     server(boost::asio::io_context& ioc, resolver& upstream, policy_hook& hook,
            server_options opts, std::shared_ptr<tables> shared);
     ~server();

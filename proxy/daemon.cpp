@@ -19,6 +19,7 @@
 #include "config/load.hpp"
 #include "dns/asio_address.hpp"
 #include "proxy/dns_hook.hpp"
+#include "proxy/error_text.hpp"
 #include "proxy/runtime.hpp"
 
 namespace cordon::proxy {
@@ -320,11 +321,15 @@ int run_daemon(const daemon_options& opts) {
     // cache and rate tables bouncing between cores (bench/dns_bench).
     constexpr std::size_t dns_threads = 1;
     std::vector<std::unique_ptr<dns::server>> dns_servers;
+    // Which listener is being set up, and where, for the error that names it.
+    std::string listener = "proxy";
+    std::string where = proxy_ep.to_string();
     try {
         tcp::endpoint bind_ep = to_endpoint(proxy_ep);
         if (bind_ep.port() == 0) {
             bind_ep.port(unshared_port(bind_ep.address()));
         }
+        where = from_endpoint(bind_ep).to_string();
         for (unsigned i = 0; i < threads; ++i) {
             auto w = std::make_unique<worker>(i);
             w->resolver = dns::make_resolver(w->ioc, ropts);
@@ -336,11 +341,14 @@ int run_daemon(const daemon_options& opts) {
         rt.proxy_endpoint = from_endpoint(proxy_acceptors.front().local_endpoint());
         rt.self.listeners.push_back(rt.proxy_endpoint);
         if (dns_ep) {
+            listener = "dns";
+            where = dns_ep->to_string();
             const std::size_t n = std::min(dns_threads, rt.workers.size());
             dopts.reuse_port = n > 1;
             if (dopts.listen.port == 0) {
                 dopts.listen.port = unshared_port(dns::to_asio(dopts.listen.address));
             }
+            where = dopts.listen.to_string();
             const auto tables = dns::server::make_tables();
             for (std::size_t i = 0; i < n; ++i) {
                 worker& w = *rt.workers[i];
@@ -354,11 +362,19 @@ int run_daemon(const daemon_options& opts) {
             }
         }
         if (admin_ep) {
+            listener = "admin";
+            where = admin_ep->to_string();
             admin_acceptor.emplace(make_acceptor(control, to_endpoint(*admin_ep), false));
             rt.self.listeners.push_back(from_endpoint(admin_acceptor->local_endpoint()));
         }
+    } catch (const dns::bind_error& e) {
+        std::cerr << "cordon: refusing to start: cannot listen on " << where << " (" << listener
+                  << ", " << e.transport() << "): " << e.what() << '\n';
+        return 1;
     } catch (const std::exception& e) {
-        std::cerr << "cordon: refusing to start: cannot listen: " << e.what() << '\n';
+        // The system's reason only: Boost's what() would add its own source location.
+        std::cerr << "cordon: refusing to start: cannot listen on " << where << " (" << listener
+                  << "): " << reason_of(e) << '\n';
         return 1;
     }
     rt.self.local = local_addresses();
@@ -509,7 +525,8 @@ int run_daemon(const daemon_options& opts) {
                     return;
                 } catch (const std::exception& e) {
                     // A bug in one connection must not take the data plane down.
-                    std::cerr << "cordon: worker " << wp->index << ": " << e.what() << '\n';
+                    std::cerr << "cordon: worker " << wp->index << ": " << without_location(e)
+                              << '\n';
                 }
             }
         });
@@ -540,7 +557,7 @@ int run_daemon(const daemon_options& opts) {
             control.run();
             break;
         } catch (const std::exception& e) {
-            std::cerr << "cordon: control: " << e.what() << '\n';
+            std::cerr << "cordon: control: " << without_location(e) << '\n';
         }
     }
     for (auto& w : rt.workers) {

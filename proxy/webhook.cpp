@@ -20,6 +20,7 @@
 #include "proxy/asio.hpp"
 #include "proxy/bounded_queue.hpp"
 #include "proxy/denial_bursts.hpp"
+#include "proxy/error_text.hpp"
 #include "proxy/webhook_retry.hpp"
 
 namespace cordon::proxy {
@@ -321,7 +322,7 @@ struct denial_notifier::impl {
                     ioc.run();
                     return;
                 } catch (const std::exception& e) {
-                    std::cerr << "cordon: webhook: " << e.what() << '\n';
+                    std::cerr << "cordon: webhook: " << without_location(e) << '\n';
                 }
             }
         });

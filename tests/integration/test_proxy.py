@@ -1727,5 +1727,52 @@ class ShutdownTests(CordonTestCase):
         cordon.stop()
 
 
+class StartupTests(CordonTestCase):
+    """`cordon serve` refusing to start: the message names the listener and its address and
+    gives the system's reason, without Boost's source location."""
+
+    start_cordon = False
+
+    def hold(self, kind, port=0):
+        """A Python socket holding 127.0.0.1:port (TCP listening, or UDP bound)."""
+        s = socket.socket(socket.AF_INET, kind)
+        self.addCleanup(s.close)
+        s.bind(("127.0.0.1", port))
+        if kind == socket.SOCK_STREAM:
+            s.listen(1)
+        return s.getsockname()[1]
+
+    def refused(self, cordon):
+        self.addCleanup(cordon.cleanup)
+        with self.assertRaises(H.CordonError):
+            cordon.start()
+        self.assertEqual(cordon.proc.wait(5), 1)
+        err = cordon.stderr_text()
+        self.assertNotIn("/usr/include", err)
+        self.assertNotIn("system:", err)
+        return err
+
+    def test_listener_in_use_is_named_with_its_address(self):
+        for listener in ("proxy", "admin"):
+            with self.subTest(listener=listener):
+                port = self.hold(socket.SOCK_STREAM)
+                cordon = H.Cordon(jobs_yaml(), DNS.port, self.proxy_opts)
+                text = cordon.policy_text(jobs_yaml()).replace(
+                    f"  {listener}: 127.0.0.1:0\n", f"  {listener}: 127.0.0.1:{port}\n")
+                self.assertIn(f"127.0.0.1:{port}", text)
+                cordon.write_policy(raw_text=text)
+                err = self.refused(cordon)
+                self.assertIn(f"cordon: refusing to start: cannot listen on 127.0.0.1:{port} "
+                              f"({listener}): Address already in use\n", err)
+        for transport, kind in (("UDP", socket.SOCK_DGRAM), ("TCP", socket.SOCK_STREAM)):
+            with self.subTest(listener="dns", transport=transport):
+                port = self.hold(kind)
+                cordon = H.Cordon(jobs_yaml(), DNS.port, self.proxy_opts,
+                                  listen_dns=f"127.0.0.1:{port}")
+                err = self.refused(cordon)
+                self.assertIn(f"cordon: refusing to start: cannot listen on 127.0.0.1:{port} "
+                              f"(dns, {transport}): Address already in use\n", err)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
