@@ -23,6 +23,11 @@ namespace {
 
 constexpr std::string_view truncated_suffix = "...(truncated)";
 
+// The value of a secret field that is not a string (a number, a flag): `redacted`
+// (redact.hpp) as a JSON string. String values get `redacted` through append_json_string.
+constexpr std::string_view redacted_json = "\"REDACTED\"";
+static_assert(redacted_json.substr(1, redacted_json.size() - 2) == redacted);
+
 // Length of the valid UTF-8 sequence at the front of `s`, or of its maximal invalid
 // subpart (negated) when it is not valid. `s` is not empty.
 int utf8_sequence(std::string_view s) {
@@ -341,7 +346,7 @@ std::string_view integer_text(char (&buf)[32], T value) {
 
 audit_record& audit_record::add(std::string_view key, std::int64_t value) {
     if (secret_key(key)) {
-        return put(key, "\"REDACTED\"");
+        return put(key, redacted_json);
     }
     char buf[32];
     return put(key, integer_text(buf, value));
@@ -349,7 +354,7 @@ audit_record& audit_record::add(std::string_view key, std::int64_t value) {
 
 audit_record& audit_record::add(std::string_view key, std::uint64_t value) {
     if (secret_key(key)) {
-        return put(key, "\"REDACTED\"");
+        return put(key, redacted_json);
     }
     char buf[32];
     return put(key, integer_text(buf, value));
@@ -357,7 +362,7 @@ audit_record& audit_record::add(std::string_view key, std::uint64_t value) {
 
 audit_record& audit_record::add(std::string_view key, double value) {
     if (secret_key(key)) {
-        return put(key, "\"REDACTED\"");
+        return put(key, redacted_json);
     }
     if (!std::isfinite(value)) {
         return put(key, "null");
@@ -372,49 +377,16 @@ audit_record& audit_record::add(std::string_view key, double value) {
 
 audit_record& audit_record::add(std::string_view key, bool value) {
     if (secret_key(key)) {
-        return put(key, "\"REDACTED\"");
+        return put(key, redacted_json);
     }
     return put(key, value ? "true" : "false");
 }
 
 audit_record& audit_record::add_null(std::string_view key) { return put(key, "null"); }
 
-namespace {
-
-// format_rfc3339 without snprintf, for years 0..9999 (any other falls back to it).
-void append_ts(std::string& out, wall_clock::time_point t) {
-    using namespace std::chrono;
-    const auto ms = floor<milliseconds>(t);
-    const auto day = floor<days>(ms);
-    const year_month_day ymd{day};
-    const int year = static_cast<int>(ymd.year());
-    if (year < 0 || year > 9999) {
-        out.append(format_rfc3339(t));
-        return;
-    }
-    const hh_mm_ss hms{ms - day};
-    char buf[25] = "0000-00-00T00:00:00.000Z";
-    const auto put = [&buf](std::size_t at, unsigned v, int digits) {
-        for (int i = digits - 1; i >= 0; --i) {
-            buf[at + static_cast<std::size_t>(i)] = static_cast<char>('0' + v % 10);
-            v /= 10;
-        }
-    };
-    put(0, static_cast<unsigned>(year), 4);
-    put(5, static_cast<unsigned>(ymd.month()), 2);
-    put(8, static_cast<unsigned>(ymd.day()), 2);
-    put(11, static_cast<unsigned>(hms.hours().count()), 2);
-    put(14, static_cast<unsigned>(hms.minutes().count()), 2);
-    put(17, static_cast<unsigned>(hms.seconds().count()), 2);
-    put(20, static_cast<unsigned>(hms.subseconds().count()), 3);
-    out.append(buf, sizeof buf - 1);
-}
-
-}  // namespace
-
 void audit_record::append_json_line(std::string& out) const {
     out.append("{\"ts\":\"");
-    append_ts(out, ts_);
+    append_rfc3339(out, ts_);
     out.append("\",\"event\":");
     append_json_string(out, event_);
     out.append(body_);

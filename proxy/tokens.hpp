@@ -35,5 +35,7 @@ bool equal_constant_time(const secret_hash& a, const secret_hash& b) noexcept;
 /// RFC 3339 in UTC with milliseconds, e.g. "2026-11-29T15:20:18.123Z". Sub-millisecond
 /// parts are truncated towards the past (so times before the epoch print correctly).
 std::string format_rfc3339(wall_clock::time_point t);
+/// The same text appended to `out`, without a temporary (the audit log's hot path).
+void append_rfc3339(std::string& out, wall_clock::time_point t);
 
 }  // namespace cordon::proxy

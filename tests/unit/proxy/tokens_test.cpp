@@ -132,3 +132,16 @@ TEST_CASE("tokens: format_rfc3339 of known instants", "[tokens]") {
         CHECK(format_rfc3339(t) == expected);
     }
 }
+
+TEST_CASE("tokens: append_rfc3339 appends what format_rfc3339 returns", "[tokens]") {
+    using std::chrono::year;
+    for (const auto t : {wall_clock::time_point{}, wall_clock::time_point::min(),
+                         wall_clock::time_point::max(), wall_clock::time_point(milliseconds(-1)),
+                         at(year{2026} / 11 / 29, 15h + 20min + 18s + 123ms)}) {
+        std::string out = "ts=";
+        append_rfc3339(out, t);
+        CHECK(out == "ts=" + format_rfc3339(t));
+        CHECK(out.size() == 3 + 24);
+    }
+    CHECK(format_rfc3339(wall_clock::time_point::min()) == "1677-09-21T00:12:43.145Z");
+}
