@@ -6,7 +6,8 @@
 #include <map>
 #include <tuple>
 
-#include "config/suggest.hpp"  // append_json_text
+#include "config/json_string.hpp"
+#include "config/suggest.hpp"
 
 namespace cordon::config {
 namespace {
@@ -56,29 +57,29 @@ void rows_json(std::string& out, const std::vector<replay_row>& rows) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const replay_row& r = rows[i];
         out += i > 0 ? ",{\"target\":" : "{\"target\":";
-        append_json_text(out, r.target);
+        append_json_string(out, r.target);
         out += ",\"kind\":\"";
         out += r.kind == request_kind::http ? "http" : "connect";
         out += "\"";
         if (r.kind == request_kind::http) {
             out += ",\"method\":";
-            append_json_text(out, r.method);
+            append_json_string(out, r.method);
         }
         out += ",\"requests\":" + std::to_string(r.count) + ",\"was\":\"" +
                std::string(outcome_name(r.was)) + "\"";
         if (!r.was_reason.empty()) {
             out += ",\"was_reason\":";
-            append_json_text(out, known_reason(r.was_reason));
+            append_json_string(out, known_reason(r.was_reason));
         }
         out += ",\"now\":\"";
         out += r.now_allowed ? "allowed" : "denied";
         out += "\"";
         if (r.now_allowed) {
             out += ",\"rule\":";
-            append_json_text(out, r.now_rule);
+            append_json_string(out, r.now_rule);
         } else {
             out += ",\"reason\":";
-            append_json_text(out, r.now_reason);
+            append_json_string(out, r.now_reason);
         }
         out += "}";
     }
@@ -233,9 +234,9 @@ std::string render_table(const replay_result& r, std::string_view source) {
 
 std::string render_json(const replay_result& r, std::string_view source) {
     std::string out = "{\"job\":";
-    append_json_text(out, r.job);
+    append_json_string(out, r.job);
     out += ",\"policy\":";
-    append_json_text(out, source);
+    append_json_string(out, source);
     out += ",\"report_mode\":";
     out += r.job_in_report_mode ? "true" : "false";
     out += ",\"requests\":" + std::to_string(r.requests) + ",\"newly_denied\":";
@@ -248,9 +249,9 @@ std::string render_json(const replay_result& r, std::string_view source) {
            ",\"targets\":" + std::to_string(r.same_allowed_targets) +
            "},\"denied\":{\"requests\":" + std::to_string(r.same_denied) +
            ",\"targets\":" + std::to_string(r.same_denied_targets) + "}},\"first_ts\":";
-    append_json_text(out, r.first_ts);
+    append_json_string(out, r.first_ts);
     out += ",\"last_ts\":";
-    append_json_text(out, r.last_ts);
+    append_json_string(out, r.last_ts);
     out += "}\n";
     return out;
 }

@@ -8,6 +8,7 @@
 
 #include "config/classify.hpp"
 #include "config/host.hpp"
+#include "config/json_string.hpp"
 #include "config/ip.hpp"
 
 namespace cordon::config {
@@ -421,24 +422,6 @@ std::string render_yaml(const suggestion& s) {
     return out;
 }
 
-void append_json_text(std::string& out, std::string_view s) {
-    out.push_back('"');
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out.push_back('\\');
-            out.push_back(c);
-        } else if (u < 0x20 || u == 0x7f) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", u);
-            out += buf;
-        } else {
-            out.push_back(c);
-        }
-    }
-    out.push_back('"');
-}
-
 namespace {
 
 void counts_json(std::string& out, const seen_counts& c) {
@@ -454,7 +437,7 @@ void strings_json(std::string& out, const std::vector<std::string>& v) {
         if (i > 0) {
             out.push_back(',');
         }
-        append_json_text(out, v[i]);
+        append_json_string(out, v[i]);
     }
     out.push_back(']');
 }
@@ -463,13 +446,13 @@ void strings_json(std::string& out, const std::vector<std::string>& v) {
 
 std::string render_json(const suggestion& s) {
     std::string out = "{\"job\":";
-    append_json_text(out, s.job);
+    append_json_string(out, s.job);
     out += ",\"egress\":[";
     for (std::size_t i = 0; i < s.rules.size(); ++i) {
         const suggested_rule& r = s.rules[i];
         out += i > 0 ? ",{" : "{";
         out += r.host.empty() ? "\"cidr\":" : "\"host\":";
-        append_json_text(out, r.host.empty() ? r.cidr : r.host);
+        append_json_string(out, r.host.empty() ? r.cidr : r.host);
         out += ",\"ports\":[";
         for (std::size_t k = 0; k < r.ports.size(); ++k) {
             out += (k > 0 ? "," : "") + std::to_string(r.ports[k]);
@@ -492,7 +475,7 @@ std::string render_json(const suggestion& s) {
                 if (k > 0) {
                     out.push_back(',');
                 }
-                append_json_text(out, r.names[k].first);
+                append_json_string(out, r.names[k].first);
                 out += ":" + std::to_string(r.names[k].second);
             }
             out += "}}";
@@ -502,9 +485,9 @@ std::string render_json(const suggestion& s) {
     out += "],\"not_learned\":[";
     for (std::size_t i = 0; i < s.left_out.size(); ++i) {
         out += i > 0 ? ",{\"target\":" : "{\"target\":";
-        append_json_text(out, s.left_out[i].target);
+        append_json_string(out, s.left_out[i].target);
         out += ",\"why\":";
-        append_json_text(out, s.left_out[i].why);
+        append_json_string(out, s.left_out[i].why);
         out += ",\"seen\":";
         counts_json(out, s.left_out[i].counts);
         out += "}";
@@ -516,22 +499,22 @@ std::string render_json(const suggestion& s) {
             out.push_back(',');
         }
         first = false;
-        append_json_text(out, known_reason(reason));
+        append_json_string(out, known_reason(reason));
         out += ":" + std::to_string(n);
     }
     out += "},\"dns_only\":[";
     for (std::size_t i = 0; i < s.dns_only.size(); ++i) {
         out += i > 0 ? ",{\"name\":" : "{\"name\":";
-        append_json_text(out, s.dns_only[i].name);
+        append_json_string(out, s.dns_only[i].name);
         out += ",\"answered\":" + std::to_string(s.dns_only[i].answered) +
                ",\"denied\":" + std::to_string(s.dns_only[i].denied) + "}";
     }
     out += "],\"requests\":";
     counts_json(out, s.counts);
     out += ",\"sessions\":" + std::to_string(s.sessions) + ",\"first_ts\":";
-    append_json_text(out, s.first_ts);
+    append_json_string(out, s.first_ts);
     out += ",\"last_ts\":";
-    append_json_text(out, s.last_ts);
+    append_json_string(out, s.last_ts);
     out += ",\"siblings\":" + std::to_string(s.siblings) + "}\n";
     return out;
 }

@@ -92,7 +92,4 @@ std::string render_yaml(const suggestion& s);
 ///  "dns_only", "requests", "sessions", "first_ts", "last_ts"}.
 std::string render_json(const suggestion& s);
 
-/// Appends `s` as a JSON string (quotes, escapes; control characters as \u00XX).
-void append_json_text(std::string& out, std::string_view s);
-
 }  // namespace cordon::config

@@ -2,6 +2,7 @@
 // The audit log: events built field by field with secrets redacted, serialised as JSON lines,
 // and the sinks they go to (daily files written by a background thread, or memory in tests).
 
+#include "config/json_string.hpp"
 #include "proxy/tokens.hpp"  // wall_clock
 
 #include <atomic>
@@ -22,11 +23,9 @@
 
 namespace cordon::proxy {
 
-/// Appends `s` to `out` as a JSON string with its quotes. Escapes '"', '\\', every control
-/// character (U+0000..U+001F and U+007F, as \n, \t, ... or \u00XX) and U+2028/U+2029; replaces
-/// each maximal invalid UTF-8 subsequence (stray continuation bytes, truncated or overlong
-/// sequences, surrogates, code points above U+10FFFF) by U+FFFD; keeps valid UTF-8 as is.
-void append_json_string(std::string& out, std::string_view s);
+/// The one JSON string escaper (config/json_string.hpp): quotes, control characters as
+/// \u00XX, invalid UTF-8 replaced by U+FFFD.
+using config::append_json_string;
 
 /// One audit event, built field by field, serialised as one JSON line. Field order is kept;
 /// `ts` and `event` always come first. Values of fields whose names look secret

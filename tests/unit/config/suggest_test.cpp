@@ -1,5 +1,6 @@
 #include "config/suggest.hpp"
 
+#include <boost/json.hpp>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -314,4 +315,40 @@ TEST_CASE("suggest: report mode let a name's own rule reach non-public space on 
     const replay_result r = replay(t, *p);
     CHECK(r.newly_denied.empty());
     CHECK(r.count(r.newly_allowed) == 1);
+}
+
+TEST_CASE("suggest: the JSON stays valid whatever bytes the audit log held", "[suggest]") {
+    // Names and reasons come from recorded traffic: invalid UTF-8 (a stray byte, a truncated
+    // sequence, an overlong '/', a surrogate) and control characters must not reach the
+    // output as they are.
+    suggestion s;
+    s.job = "agent\x01";
+    suggested_rule r;
+    r.host = "bad\xff\xfe.example.com";
+    r.ports = {443};
+    r.methods = {"GE\x7fT"};
+    r.names = {{"a\xe2\x82.example.com", 2}};
+    s.rules.push_back(r);
+    s.left_out.push_back({"evil\"\\\n\x1f\xc0\xaf.example:443", "why \xed\xa0\x80", {}});
+    s.dns_only.push_back({"t\xe2\x80\xa8x\xf0\x9f", 0, 1});
+    s.first_ts = "2026-\xf8\x88\x80\x80\x80";
+    const std::string out = render_json(s);
+    REQUIRE(out.back() == '\n');
+    for (const char c : std::string_view(out).substr(0, out.size() - 1)) {
+        CHECK(static_cast<unsigned char>(c) >= 0x20);  // no raw control character
+    }
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(out, ec);  // rejects invalid UTF-8
+    REQUIRE_FALSE(ec);
+    const std::string fffd = "\xef\xbf\xbd";
+    CHECK(v.at("job").as_string() == "agent\x01");
+    const auto& rule = v.at("egress").as_array().at(0);
+    CHECK(rule.at("host").as_string() == "bad" + fffd + fffd + ".example.com");
+    CHECK(rule.at("methods").as_array().at(0).as_string() == "GE\x7fT");
+    CHECK(v.at("not_learned").as_array().at(0).at("target").as_string() ==
+          "evil\"\\\n\x1f" + fffd + fffd + ".example:443");
+    CHECK(v.at("dns_only").as_array().at(0).at("name").as_string() ==
+          "t\xe2\x80\xa8x" + fffd);
+    CHECK(out.find("\\u0001") != std::string::npos);
+    CHECK(out.find("\\u001f") != std::string::npos);
 }
