@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +27,8 @@ namespace cordon::cli {
 namespace {
 
 constexpr std::string_view usage =
-    R"(usage: cordon firewall --policy FILE [--sandbox-cidr CIDR]... [--cgroup PATH] [--kill] [--apply]
+    R"(usage: cordon firewall --policy FILE [--sandbox-iface NAME]... [--sandbox-cidr CIDR]...
+                       [--cgroup PATH] [--kill] [--apply]
 
 Prints an nftables ruleset (table `inet cordon`, IPv4 and IPv6) under which sandboxes reach
 only cordon's proxy (TCP) and DNS (UDP and TCP) listeners, as set by listen.proxy and
@@ -34,22 +38,65 @@ prohibited"; the admin listener is never reachable. Spoofed source addresses are
 strict reverse-path check. With --kill every packet from a sandbox is dropped, cordon's
 listeners included: the firewall layer of the network kill, which holds even when cordon is
 down. Run again without --kill (and with --apply) to lift it. Name the sandboxes with
---sandbox-cidr, --cgroup or both.
+--sandbox-iface (best: every packet arriving on the interface, whatever its source address),
+--sandbox-cidr (by source address only: a warning says what slips past), --cgroup, or several.
 
 options:
   --policy FILE          the policy cordon serves (required; checked as by check-config)
+  --sandbox-iface NAME   an interface that carries only sandboxes (a bridge such as docker0,
+                         or veth/tap ends), e.g. docker0 or veth* (a trailing * matches every
+                         name that starts so); repeatable. Everything arriving on it is a
+                         sandbox packet: IPv6 link-local and unlisted sources included. With
+                         --sandbox-cidr too, a packet from it whose source is outside the
+                         prefixes is dropped. IPv6 neighbour discovery and router
+                         solicitations pass; DHCP does not (give sandboxes static addresses).
+                         cordon's own egress must leave by another interface (its listeners'
+                         replies pass). --apply refuses a name that matches an interface
+                         holding a default route now.
   --sandbox-cidr CIDR    a sandbox network, IPv4 or IPv6, e.g. 172.30.0.0/24 or fd00:c0::/64;
                          repeatable. Sandboxes here reach cordon on the listen addresses, so
                          those must be this host's address on that network, not loopback.
   --cgroup PATH          processes of this cgroup v2 on this host are sandboxes
                          (/sys/fs/cgroup/a/b, /a/b or a/b; it must exist when applied)
-  --kill                 drop everything from sandboxes
+  --kill                 drop everything from sandboxes (interfaces, prefixes and cgroup)
   --apply                load the ruleset with `nft -f -` (root): the table is replaced in
                          one transaction; prints nothing on success but a summary
   -h, --help             show this help
 
 exit status: 0 ok, 1 policy error or nft failed, 2 usage error
 )";
+
+/// The interfaces that hold a default route (IPv4 or IPv6) now, from /proc/net/route and
+/// /proc/net/ipv6_route (main routing table; lo's "unreachable" entry skipped).
+std::vector<std::string> default_route_ifaces() {
+    std::vector<std::string> out;
+    const auto add = [&](const std::string& name) {
+        if (name != "lo" && std::find(out.begin(), out.end(), name) == out.end()) {
+            out.push_back(name);
+        }
+    };
+    std::ifstream v4("/proc/net/route");
+    std::string line;
+    std::getline(v4, line);  // header
+    for (int n = 0; n < 100000 && std::getline(v4, line); ++n) {
+        std::istringstream f(line);
+        std::string name, dest, gw, flags, refcnt, use, metric, mask;
+        if (f >> name >> dest >> gw >> flags >> refcnt >> use >> metric >> mask &&
+            dest == "00000000" && mask == "00000000") {
+            add(name);
+        }
+    }
+    std::ifstream v6("/proc/net/ipv6_route");
+    for (int n = 0; n < 100000 && std::getline(v6, line); ++n) {
+        std::istringstream f(line);
+        std::string dest, plen, src, splen, hop, metric, refcnt, use, flags, name;
+        if (f >> dest >> plen >> src >> splen >> hop >> metric >> refcnt >> use >> flags >> name &&
+            plen == "00" && dest == std::string(32, '0')) {
+            add(name);
+        }
+    }
+    return out;
+}
 
 /// Runs `nft -f -` with `script` on its standard input. Returns nft's exit status, or -1
 /// with `why` when it could not be run.
@@ -125,6 +172,12 @@ int firewall(args a) {
                 std::cerr << "cordon firewall: " << err << '\n';
                 return 2;
             }
+        } else if (a[i] == "--sandbox-iface" && has_value) {
+            const std::string err = shim::add_sandbox_iface(a[++i], spec.sandbox_ifaces);
+            if (!err.empty()) {
+                std::cerr << "cordon firewall: " << err << '\n';
+                return 2;
+            }
         } else if (a[i] == "--cgroup" && has_value) {
             if (spec.cgroup) {
                 std::cerr << "cordon firewall: --cgroup given twice\n";
@@ -149,8 +202,9 @@ int firewall(args a) {
         std::cerr << "cordon firewall: --policy FILE is required\n" << usage;
         return 2;
     }
-    if (spec.sandbox_cidrs.empty() && !spec.cgroup) {
-        std::cerr << "cordon firewall: name the sandboxes with --sandbox-cidr and/or --cgroup\n"
+    if (spec.sandbox_ifaces.empty() && spec.sandbox_cidrs.empty() && !spec.cgroup) {
+        std::cerr << "cordon firewall: name the sandboxes with --sandbox-iface, --sandbox-cidr "
+                     "and/or --cgroup\n"
                   << usage;
         return 2;
     }
@@ -172,9 +226,26 @@ int firewall(args a) {
         }
         return 1;
     }
+    for (const auto& w : r.warnings) {
+        std::cerr << "cordon firewall: warning: " << w << '\n';
+    }
     if (!apply) {
         std::cout << r.ruleset;
         return 0;
+    }
+    // A sandbox interface that also carries this host's default route would cut the host off
+    // its administrators (an uplink, or a bridge shared with the LAN): refuse, change nothing.
+    for (const auto& uplink : default_route_ifaces()) {
+        for (const auto& p : spec.sandbox_ifaces) {
+            if (shim::iface_matches(p, uplink)) {
+                std::cerr << "cordon firewall: --sandbox-iface " << p << " matches " << uplink
+                          << ", which holds this host's default route: everything arriving "
+                             "on it would be treated as a sandbox's; name only interfaces "
+                             "that carry sandboxes. The previous ruleset, if any, is "
+                             "unchanged\n";
+                return 1;
+            }
+        }
     }
     std::string why;
     const int rc = run_nft(r.ruleset, why);

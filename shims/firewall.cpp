@@ -24,6 +24,8 @@ bool cgroup_char(char c) {
            c == '.' || c == '_' || c == '@' || c == ':' || c == '+' || c == '-';
 }
 
+bool iface_char(char c) { return c != ':' && cgroup_char(c); }
+
 /// "ip daddr 10.0.0.1 " / "ip6 daddr fd00::1 " / "fib daddr type local meta nfproto ipv4 "
 /// (a wildcard listener: any address of this host, never a forwarded packet's, so a sandbox
 /// cannot reach another host's port 53 or 3128 through this rule in the forward chain).
@@ -50,10 +52,11 @@ std::string allow_listeners(const firewall_spec& s) {
     return out;
 }
 
-/// Replies of cordon's listeners whose address lies in a sandbox network (cordon beside the
-/// sandboxes on one bridge, whose traffic crosses the forward hook with br_netfilter): they
-/// carry a sandbox source address but belong to connections the rules let in. Conntrack
-/// (reply direction) keeps a sandbox from forging them.
+/// Replies of cordon's listeners whose address lies in a sandbox network, or any specific
+/// listener address when sandboxes are named by interface (cordon beside the sandboxes on one
+/// bridge, whose traffic crosses the forward hook with br_netfilter, arriving on the sandbox
+/// bridge): they belong to connections the rules let in. Conntrack (reply direction) keeps a
+/// sandbox from forging them.
 std::string cordon_replies(const firewall_spec& s) {
     std::string out;
     const auto one = [&](const config::endpoint& e, std::string_view proto) {
@@ -62,7 +65,8 @@ std::string cordon_replies(const firewall_spec& s) {
                                             return c.network.fam() == e.address.fam() &&
                                                    c.contains(e.address);
                                         });
-        if (!inside) {
+        const bool by_iface = !s.sandbox_ifaces.empty() && !is_unspecified(e.address);
+        if (!inside && !by_iface) {
             return;
         }
         out += std::string("\t\tct direction reply ") + (e.address.is_v4() ? "ip" : "ip6") +
@@ -96,6 +100,9 @@ std::string header(const firewall_spec& s) {
                 : "# mode: sandboxes reach only cordon's proxy and DNS listeners; everything else "
                   "is refused\n#       (TCP reset, ICMP administratively prohibited).\n";
     std::string who;
+    for (const auto& i : s.sandbox_ifaces) {
+        who += (who.empty() ? "" : ", ") + std::string("interface ") + i;
+    }
     for (const auto& c : s.sandbox_cidrs) {
         who += (who.empty() ? "" : ", ") + c.to_string();
     }
@@ -103,6 +110,12 @@ std::string header(const firewall_spec& s) {
         who += (who.empty() ? "" : ", ") + std::string("cgroup ") + *s.cgroup;
     }
     h += "# sandboxes: " + who + "\n";
+    if (!s.sandbox_ifaces.empty() && !s.sandbox_cidrs.empty()) {
+        h += "# Packets from a sandbox interface with a source outside the prefixes are "
+             "dropped.\n";
+    } else if (!s.sandbox_cidrs.empty()) {
+        h += "# WARNING: sandboxes matched by source address only (no --sandbox-iface).\n";
+    }
     h += "# cordon: proxy tcp " + s.proxy.to_string();
     h += s.dns ? "; dns udp+tcp " + s.dns->to_string() : "; no dns listener";
     h += ". The admin listener is never reachable from a sandbox.\n";
@@ -111,7 +124,85 @@ std::string header(const firewall_spec& s) {
     return h;
 }
 
+/// `iifname "veth*" ` (the names are checked by add_sandbox_iface: nothing to escape).
+std::string match_iif(const std::string& name) { return "iifname \"" + name + "\" "; }
+
+/// Everything arriving on a sandbox interface, whatever its source address: IPv6 neighbour
+/// discovery and router solicitations (hop limit 255: from the link itself), anti-spoof against
+/// the prefixes if any, then the same rules as a sandbox prefix.
+std::string iface_chain(const firewall_spec& s) {
+    std::string o =
+        "\t# Everything arriving on a sandbox interface, whatever its source address (IPv6\n"
+        "\t# link-local, SLAAC or privacy addresses, an unlisted IPv4 address).\n"
+        "\tchain sandbox_iface {\n";
+    if (!s.kill) {
+        // Router advertisements (134) and redirects (137) are not among them: a sandbox is
+        // never this host's router, and its advertisements could change this host's routes.
+        o += "\t\ticmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } "
+             "ip6 hoplimit 255 accept comment \"neighbour discovery\"\n";
+    }
+    if (!s.sandbox_cidrs.empty()) {
+        o += "\t\tip saddr != @sandbox_v4 drop comment \"source outside --sandbox-cidr\"\n"
+             "\t\tip6 saddr != @sandbox_v6 drop comment \"source outside --sandbox-cidr\"\n";
+    }
+    o += "\t\tjump sandbox_to_cordon\n\t}\n\n";
+    return o;
+}
+
+/// One `iifname "x" jump sandbox_iface` line per interface, indented.
+std::string iface_jumps(const firewall_spec& s) {
+    std::string o;
+    for (const auto& i : s.sandbox_ifaces) {
+        o += "\t\t" + match_iif(i) + "jump sandbox_iface\n";
+    }
+    return o;
+}
+
 }  // namespace
+
+bool iface_matches(std::string_view pattern, std::string_view name) {
+    if (pattern.ends_with('*')) {
+        pattern.remove_suffix(1);
+        return name.starts_with(pattern);
+    }
+    return name == pattern;
+}
+
+std::string add_sandbox_iface(std::string_view text, std::vector<std::string>& out) {
+    const std::string shown(text.substr(0, 32));
+    std::string_view name = text;
+    const bool wildcard = name.ends_with('*');
+    if (wildcard) {
+        name.remove_suffix(1);
+    }
+    if (text.empty() || text.size() > 15) {
+        return "--sandbox-iface '" + shown + "': an interface name has 1 to 15 characters";
+    }
+    if (name == "." || name == ".." ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return iface_char(c); })) {
+        return "--sandbox-iface '" + shown +
+               "': not an interface name (characters [A-Za-z0-9._@+-], not '.' or '..', '*' "
+               "only at the end)";
+    }
+    if (wildcard && name.size() < 2) {
+        return "--sandbox-iface '" + shown +
+               "': a wildcard needs at least two characters before '*' (it would match the "
+               "host's own interfaces)";
+    }
+    if (iface_matches(text, "lo")) {
+        return "--sandbox-iface '" + shown + "': matches lo, this host's own traffic";
+    }
+    for (const auto& o : out) {
+        if (o == text) {
+            return "--sandbox-iface " + shown + ": given twice";
+        }
+    }
+    if (out.size() >= 64) {
+        return "--sandbox-iface: at most 64 interfaces";
+    }
+    out.emplace_back(text);
+    return "";
+}
 
 std::string add_sandbox_cidr(std::string_view text, std::vector<config::cidr>& out) {
     const std::string shown(text.substr(0, 64));
@@ -197,19 +288,22 @@ std::optional<std::string> parse_cgroup_path(std::string_view text, std::string&
 firewall_result make_firewall(const firewall_spec& s) {
     firewall_result r;
     const bool by_cidr = !s.sandbox_cidrs.empty();
-    if (!by_cidr && !s.cgroup) {
-        r.errors.push_back("no sandboxes: give --sandbox-cidr (repeatable) and/or --cgroup");
+    const bool by_iface = !s.sandbox_ifaces.empty();
+    if (!by_cidr && !by_iface && !s.cgroup) {
+        r.errors.push_back(
+            "no sandboxes: give --sandbox-iface and/or --sandbox-cidr (repeatable), and/or "
+            "--cgroup");
     }
     const auto check = [&](std::string_view what, const config::endpoint& e) {
         if (e.port == 0) {
             r.errors.push_back("listen." + std::string(what) + " " + e.to_string() +
                                ": port 0 is chosen at start; the firewall needs a fixed port");
         }
-        if (by_cidr && is_loopback(e.address)) {
+        if ((by_cidr || by_iface) && is_loopback(e.address)) {
             r.errors.push_back("listen." + std::string(what) + " " + e.to_string() +
                                ": a loopback address, which sandboxes on --sandbox-cidr "
-                               "networks cannot reach; listen on this host's address on the "
-                               "sandbox network");
+                               "networks or --sandbox-iface interfaces cannot reach; listen "
+                               "on this host's address on the sandbox network");
         }
     };
     check("proxy", s.proxy);
@@ -219,43 +313,65 @@ firewall_result make_firewall(const firewall_spec& s) {
     if (!r.ok()) {
         return r;
     }
+    if (by_cidr && !by_iface) {
+        r.warnings.push_back(
+            "--sandbox-cidr without --sandbox-iface matches sandboxes by source address only: "
+            "a sandbox sending from an IPv6 link-local (fe80::/10) address, an unlisted "
+            "SLAAC/privacy address or any other address outside the prefixes that routes back "
+            "to it is not matched, and reaches this host's services and the networks beyond "
+            "directly; add --sandbox-iface NAME for the sandboxes' interface(s)");
+    }
 
     const std::string t = "inet " + std::string(firewall_table);
     std::string o = header(s);
     o += "table " + t + "\ndelete table " + t + "\ntable " + t + " {\n";
 
     if (by_cidr) {
-        const std::string replies = s.kill ? "" : cordon_replies(s);
         o += "\tset sandbox_v4 {\n\t\ttype ipv4_addr\n\t\tflags interval\n" +
              elements(s.sandbox_cidrs, true) + "\t}\n";
         o += "\tset sandbox_v6 {\n\t\ttype ipv6_addr\n\t\tflags interval\n" +
              elements(s.sandbox_cidrs, false) + "\t}\n\n";
-        o += "\t# A sandbox could forge a source address outside the sets to slip past them:\n"
+    }
+    if (by_cidr || by_iface) {
+        const std::string replies = s.kill ? "" : cordon_replies(s);
+        // By prefix: every interface (a source outside the sets must not slip past them).
+        // By interface only: the sandbox interfaces (no spoofed source for cordon to answer).
+        std::string rpf;
+        if (by_cidr) {
+            rpf = "\t\tfib saddr . mark . iif oif missing drop\n";
+        } else {
+            for (const auto& i : s.sandbox_ifaces) {
+                rpf += "\t\t" + match_iif(i) + "fib saddr . mark . iif oif missing drop\n";
+            }
+        }
+        const std::string by_saddr = by_cidr ? "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"
+                                               "\t\tip6 saddr @sandbox_v6 jump sandbox_to_cordon\n"
+                                             : "";
+        o += std::string(by_cidr ? "\t# A sandbox could forge a source address outside the sets "
+                                   "to slip past them:\n"
+                                 : "\t# A sandbox could forge a source address for cordon to "
+                                   "answer to:\n") +
              "\t# drop every packet whose source does not route back out of the interface it\n"
              "\t# came in on (strict reverse path, as firewalld's rpfilter). DHCP requests and\n"
              "\t# IPv6 neighbour discovery, sent from the unspecified address, pass.\n"
              "\tchain antispoof {\n"
              "\t\ttype filter hook prerouting priority raw; policy accept;\n"
              "\t\tip saddr 0.0.0.0 udp sport 68 udp dport 67 accept\n"
-             "\t\tip6 saddr :: meta l4proto ipv6-icmp accept\n"
-             "\t\tfib saddr . mark . iif oif missing drop\n"
-             "\t}\n\n";
+             "\t\tip6 saddr :: meta l4proto ipv6-icmp accept\n" +
+             rpf + "\t}\n\n";
         o += "\t# Packets from sandboxes to this host: only cordon's listeners.\n"
              "\tchain input {\n"
              "\t\ttype filter hook input priority filter; policy accept;\n"
              "\t\tiif \"lo\" accept\n" +
-             replies +
-             "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"
-             "\t\tip6 saddr @sandbox_v6 jump sandbox_to_cordon\n"
-             "\t}\n\n";
+             replies + iface_jumps(s) + by_saddr + "\t}\n\n";
         o += "\t# Packets from sandboxes routed or bridged through this host: only to cordon's\n"
              "\t# listeners (cordon in a container or namespace of its own). Egress is cordon's.\n"
              "\tchain forward {\n"
              "\t\ttype filter hook forward priority filter; policy accept;\n" +
-             replies +
-             "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"
-             "\t\tip6 saddr @sandbox_v6 jump sandbox_to_cordon\n"
-             "\t}\n\n";
+             replies + iface_jumps(s) + by_saddr + "\t}\n\n";
+        if (by_iface) {
+            o += iface_chain(s);
+        }
         o += "\tchain sandbox_to_cordon {\n";
         if (!s.kill) {
             o += allow_listeners(s);

@@ -13,10 +13,13 @@
 
 namespace cordon::shim {
 
-/// What the ruleset is made from. Sandboxes are named by source prefix (containers, VMs,
-/// network namespaces routed through this host) and/or by cgroup v2 (processes on this host).
+/// What the ruleset is made from. Sandboxes are named by the interface their packets arrive
+/// on, by source prefix (containers, VMs, network namespaces routed through this host) and/or
+/// by cgroup v2 (processes on this host). With interfaces and prefixes both, a packet from a
+/// sandbox interface whose source is outside the prefixes is dropped (anti-spoof).
 struct firewall_spec {
-    std::vector<config::cidr> sandbox_cidrs;  ///< checked by parse_sandbox_cidrs
+    std::vector<std::string> sandbox_ifaces;  ///< checked by add_sandbox_iface
+    std::vector<config::cidr> sandbox_cidrs;  ///< checked by add_sandbox_cidr
     std::optional<std::string> cgroup;        ///< relative to the cgroup2 root, checked by
                                               ///< parse_cgroup_path
     config::endpoint proxy;                   ///< TCP
@@ -29,6 +32,7 @@ struct firewall_spec {
 struct firewall_result {
     std::string ruleset;  ///< an `nft -f` script that replaces table `inet cordon` atomically
     std::vector<std::string> errors;
+    std::vector<std::string> warnings;  ///< for stderr; the ruleset is still made
     bool ok() const { return errors.empty(); }
 };
 
@@ -36,8 +40,20 @@ struct firewall_result {
 inline constexpr std::string_view firewall_table = "cordon";
 
 /// Builds the ruleset. Errors: no sandbox named; a listener with port 0; a loopback
-/// listener when sandboxes are named by prefix (they cannot reach it).
+/// listener when sandboxes are named by prefix or interface (they cannot reach it).
+/// Warning: prefixes without interfaces (matching by source address only).
 firewall_result make_firewall(const firewall_spec& spec);
+
+/// Parses one --sandbox-iface value and appends it to `out`: 1..15 characters of
+/// [A-Za-z0-9._@+-] (the kernel's interface names, minus characters nft would need quoted
+/// specially), not "." or "..", optionally ending in one `*` (nft's prefix wildcard, e.g.
+/// "veth*") after at least two characters. Refuses names that match "lo", a name given twice,
+/// and more than 64 names. Returns "" or the error.
+std::string add_sandbox_iface(std::string_view text, std::vector<std::string>& out);
+
+/// Whether interface `name` is matched by `pattern` (a --sandbox-iface value) as nft matches
+/// iifname: equal, or for "abc*", starting with "abc".
+bool iface_matches(std::string_view pattern, std::string_view name);
 
 /// Parses one --sandbox-cidr value and appends it to `out`. Refuses non-canonical text,
 /// host bits set, /0, loopback, a prefix given twice or overlapping one already in `out`.

@@ -1,17 +1,24 @@
 """The programs test_firewall.py runs inside its network namespaces (via `ip netns exec`).
 Standard library only. Each command prints one JSON line and exits 0.
 
-  servers DIR                    the "internet": TCP echo :7000, UDP echo :7001, HTTP :8080
-                                 (IPv4 and IPv6); every UDP datagram's source is appended to
-                                 DIR/udp.log; writes DIR/ready when listening; runs until killed
+  servers DIR                    the "internet": TCP echo :7000, UDP echo :7001 and :443
+                                 (QUIC's port), HTTP :8080 (IPv4 and IPv6); every UDP
+                                 datagram's source and text is appended to DIR/udp.log;
+                                 writes DIR/ready when listening; runs until killed
   tcp HOST PORT                  connect, send, read the echo -> {"result": ok|refused|
                                  timeout|error, "seconds": t}
   open HOST PORT                 connect only -> {"result": ...}
-  udp HOST PORT                  one datagram, wait 1 s for the echo -> {"result": ok|...}
+  udp HOST PORT [MARK]           one datagram (MARK, default udp-ping), wait 1 s for the echo
+                                 -> {"result": ok|..., "errno": "EHOSTUNREACH"|..., "seconds"}
   connect PROXY PORT AUTH TARGET CONNECT through the proxy (AUTH user:pass), then echo
   dns HOST PORT NAME             one UDP DNS query -> {"result": ok, "rcode": N} or timeout
   spoof SRC DST PORT MARK        a raw UDP datagram with a forged IPv4 source
+
+--src ADDR before tcp, open, udp, connect or dns binds that source address first (an IPv6
+link-local one as fe80::2%DEV).
 """
+
+import errno
 
 import base64
 import http.server
@@ -64,11 +71,15 @@ def cmd_servers(d):
             except OSError:
                 return
 
-    udp = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    udp.bind(("::", 7001))
+    def udp_echo(port):
+        udp = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        udp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        udp.bind(("::", port))
+        return udp
 
-    def udp_echo():
+    udps = [udp_echo(7001), udp_echo(443)]
+
+    def udp_serve(udp):
         while True:
             b, peer = udp.recvfrom(4096)
             with open(os.path.join(d, "udp.log"), "a") as f:
@@ -96,7 +107,8 @@ def cmd_servers(d):
 
     httpd = S(("::", 8080), H)
     threading.Thread(target=tcp_echo, daemon=True).start()
-    threading.Thread(target=udp_echo, daemon=True).start()
+    for u in udps:
+        threading.Thread(target=udp_serve, args=(u,), daemon=True).start()
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     time.sleep(0.2)
     open(os.path.join(d, "ready"), "w").close()
@@ -104,10 +116,28 @@ def cmd_servers(d):
         time.sleep(3600)
 
 
+SRC = None  # --src
+
+
+def dial(host, port):
+    if not SRC:
+        return socket.create_connection((host, int(port)), timeout=2)
+    ai = socket.getaddrinfo(host, int(port), family(host), socket.SOCK_STREAM)[0]
+    s = socket.socket(ai[0], socket.SOCK_STREAM)
+    try:
+        s.settimeout(2)
+        s.bind(socket.getaddrinfo(SRC, 0, ai[0], socket.SOCK_STREAM)[0][4])  # keeps %DEV
+        s.connect(ai[4])
+        return s
+    except BaseException:
+        s.close()
+        raise
+
+
 def cmd_tcp(host, port):
     t0 = time.monotonic()
     try:
-        with socket.create_connection((host, int(port)), timeout=2) as s:
+        with dial(host, port) as s:
             s.settimeout(2)
             s.sendall(b"ping\n")
             ok = s.recv(16) == b"ping\n"
@@ -119,28 +149,33 @@ def cmd_tcp(host, port):
 def cmd_open(host, port):
     t0 = time.monotonic()
     try:
-        socket.create_connection((host, int(port)), timeout=2).close()
+        dial(host, port).close()
         out(result="ok", seconds=time.monotonic() - t0)
     except OSError as e:
         out(result=classify(e), error=str(e), seconds=time.monotonic() - t0)
 
 
-def cmd_udp(host, port):
-    s = socket.socket(family(host), socket.SOCK_DGRAM)
-    s.settimeout(1)
+def cmd_udp(host, port, mark="udp-ping"):
+    t0 = time.monotonic()
     try:
-        s.connect((host, int(port)))
-        s.send(b"udp-ping")
-        ok = s.recv(64) == b"udp-ping"
-        out(result="ok" if ok else "error")
+        ai = socket.getaddrinfo(host, int(port), family(host), socket.SOCK_DGRAM)[0]
+        s = socket.socket(ai[0], socket.SOCK_DGRAM)
+        s.settimeout(1)
+        if SRC:
+            s.bind(socket.getaddrinfo(SRC, 0, ai[0], socket.SOCK_DGRAM)[0][4])
+        s.connect(ai[4])
+        s.send(mark.encode())
+        ok = s.recv(64) == mark.encode()
+        out(result="ok" if ok else "error", seconds=time.monotonic() - t0)
     except OSError as e:
-        out(result=classify(e), error=str(e))
+        out(result=classify(e), error=str(e), errno=errno.errorcode.get(e.errno or 0, ""),
+            seconds=time.monotonic() - t0)
 
 
 def cmd_connect(proxy, port, auth, target):
     t0 = time.monotonic()
     try:
-        with socket.create_connection((proxy, int(port)), timeout=2) as s:
+        with dial(proxy, port) as s:
             s.settimeout(3)
             cred = base64.b64encode(auth.encode()).decode()
             s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
@@ -171,6 +206,8 @@ def cmd_dns(host, port, name):
     s = socket.socket(family(host), socket.SOCK_DGRAM)
     s.settimeout(1.5)
     try:
+        if SRC:
+            s.bind(socket.getaddrinfo(SRC, 0, family(host), socket.SOCK_DGRAM)[0][4])
         s.sendto(q, (host, int(port)))
         r, _ = s.recvfrom(4096)
         out(result="ok", rcode=r[3] & 0x0F, id=struct.unpack(">H", r[:2])[0])
@@ -201,4 +238,7 @@ def cmd_spoof(src, dst, port, mark):
 if __name__ == "__main__":
     cmds = {"servers": cmd_servers, "tcp": cmd_tcp, "open": cmd_open, "udp": cmd_udp, "connect": cmd_connect,
             "dns": cmd_dns, "spoof": cmd_spoof}
-    cmds[sys.argv[1]](*sys.argv[2:])
+    argv = sys.argv[1:]
+    if argv[0] == "--src":
+        SRC, argv = argv[1], argv[2:]
+    cmds[argv[0]](*argv[1:])

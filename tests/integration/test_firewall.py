@@ -4,18 +4,28 @@ Run: CORDON_BIN=build/cordon python3 -m unittest -v test_firewall   (from tests/
 
 Three namespaces, nothing in the host's own:
 
-    sandbox 10.231.1.2, fd00:231:1::2 ──veth── router 10.231.1.1, fd00:231:1::1 (forwards;
-                                                cordon listens here; the rules go here)
+    sandbox 10.231.1.2, fd00:231:1::2 ──veth── router 10.231.1.1, fd00:231:1::1 on r1
+            also 10.231.2.2, fe80::2   s0  r1         also 10.231.2.1, fe80::1 (forwards;
+            (sources --sandbox-cidr                   cordon listens here; the rules go
+             does not list)                           here; "host services": TCP echo
+                                                      :7000, UDP echo :7001 and :443)
                                                       │ veth
                                       internet 203.0.113.2, 2001:db8:231::2 (TCP echo :7000,
-                                                UDP echo :7001, HTTP :8080)
+                                                UDP echo :7001 and :443, HTTP :8080)
 
-Before the rules, the sandbox reaches the internet directly (the control). With
-`cordon firewall --sandbox-cidr ... --apply` in the router: direct TCP (reset at once) and
-UDP to the internet fail, IPv4 and IPv6; the admin listener, on the same address, is refused;
+test_sandbox_reaches_only_cordon: before the rules, the sandbox reaches the internet
+directly, TCP and UDP (the control). With `cordon firewall --sandbox-cidr ... --apply` in the
+router: direct TCP is reset at once and UDP (QUIC's 443 too) is refused with ICMP (the
+datagram never arrives), IPv4 and IPv6; the admin listener, on the same address, is refused;
 a datagram with a forged source is dropped; HTTP and CONNECT through cordon work, and its
 DNS answers over UDP. After `--kill --apply`, cordon itself is unreachable; applying again
-without --kill restores it. Namespaces (and with them the nft table) are always removed.
+without --kill restores it.
+
+test_unlisted_sources_and_sandbox_iface: a source the prefixes do not list (a second IPv4
+network on the sandbox link, an IPv6 link-local address) slips past --sandbox-cidr alone (the
+hole, kept as documentation); with --sandbox-iface r1 it is refused (alone) or dropped (with
+the prefixes), neighbour discovery still works, cordon still answers, and --kill covers it.
+Namespaces (and with them the nft table) are always removed.
 """
 
 import json
@@ -38,6 +48,9 @@ SBX4, RTR4_S, RTR4_N, NET4 = "10.231.1.2", "10.231.1.1", "203.0.113.1", "203.0.1
 SBX6, RTR6_S, RTR6_N, NET6 = "fd00:231:1::2", "fd00:231:1::1", "2001:db8:231::1", \
     "2001:db8:231::2"
 SANDBOX_CIDRS = ["10.231.1.0/24", "fd00:231:1::/64"]
+# On the same link, not in SANDBOX_CIDRS: a second IPv4 network and link-local addresses.
+SBX4_X, RTR4_X = "10.231.2.2", "10.231.2.1"
+SBX_LL, RTR_LL = "fe80::2%s0", "fe80::1%s0"  # as seen from the sandbox
 
 
 def skip_reason():
@@ -90,7 +103,12 @@ def make_namespaces():
         sh("ip", "addr", "add", f"{a4}/{plen4}", "dev", dev, ns=ns)
         sh("ip", "-6", "addr", "add", f"{a6}/64", "dev", dev, "nodad", ns=ns)
         sh("ip", "link", "set", dev, "up", ns=ns)
-    sh("ip", "route", "add", "default", "via", RTR4_S, ns=NS_SBX)
+    # The unlisted sources: used only when a probe binds them (--src).
+    sh("ip", "addr", "add", f"{SBX4_X}/24", "dev", "s0", ns=NS_SBX)
+    sh("ip", "addr", "add", f"{RTR4_X}/24", "dev", "r1", ns=NS_RTR)
+    sh("ip", "-6", "addr", "add", "fe80::2/64", "dev", "s0", "nodad", ns=NS_SBX)
+    sh("ip", "-6", "addr", "add", "fe80::1/64", "dev", "r1", "nodad", ns=NS_RTR)
+    sh("ip", "route", "add", "default", "via", RTR4_S, "src", SBX4, ns=NS_SBX)
     sh("ip", "-6", "route", "add", "default", "via", RTR6_S, ns=NS_SBX)
     sh("ip", "route", "add", "default", "via", RTR4_N, ns=NS_NET)
     sh("ip", "-6", "route", "add", "default", "via", RTR6_N, ns=NS_NET)
@@ -166,13 +184,21 @@ class FirewallNamespaceTest(unittest.TestCase):
         cls.procs.append(subprocess.Popen(
             ["ip", "netns", "exec", NS_NET, sys.executable, PEER, "servers", srv_dir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # The router's own services (what a host runs beside cordon: sshd, a database...).
+        rtr_dir = os.path.join(t, "router")
+        os.makedirs(rtr_dir)
+        cls.procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", NS_RTR, sys.executable, PEER, "servers", rtr_dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         ready = os.path.join(t, "ready.json")
         cls.cordon_err = open(os.path.join(t, "cordon.stderr"), "wb")
-        cls.procs.append(subprocess.Popen(
+        cls.cordon = subprocess.Popen(
             ["ip", "netns", "exec", NS_RTR, H.CORDON_BIN, "serve", "--config", cls.policy,
              "--ready-file", ready, "--threads", "2"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=cls.cordon_err))
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=cls.cordon_err)
+        cls.procs.append(cls.cordon)
         if not H.wait_until(lambda: os.path.exists(os.path.join(srv_dir, "ready")) and
+                            os.path.exists(os.path.join(rtr_dir, "ready")) and
                             os.path.exists(ready), 15):
             raise AssertionError("servers or cordon not ready:\n" + cls._cordon_stderr())
 
@@ -211,15 +237,31 @@ class FirewallNamespaceTest(unittest.TestCase):
 
     # helpers ------------------------------------------------------------------------
 
-    def firewall(self, *extra):
+    def setUp(self):
+        # Each test starts without rules (the control), whatever ran before it.
+        sh("nft", "delete", "table", "inet", "cordon", ns=NS_RTR, check=False)
+
+    def firewall(self, *extra, cidrs=SANDBOX_CIDRS):
         argv = [H.CORDON_BIN, "firewall", "--policy", self.policy]
-        for c in SANDBOX_CIDRS:
+        for c in cidrs:
             argv += ["--sandbox-cidr", c]
         r = sh(*argv, *extra, "--apply", ns=NS_RTR, check=False)
         self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.fw_stderr = r.stderr.decode()
         listed = sh("nft", "list", "table", "inet", "cordon", ns=NS_RTR).stdout.decode()
         self.assertIn("sandbox_to_cordon", listed)
         return listed
+
+    def udp_refused(self, host, port, mark, src=None):
+        """A datagram refused by the rules: ICMP admin-prohibited at once (EHOSTUNREACH for
+        IPv4, EACCES for IPv6 on a connected socket), and it never reached the internet."""
+        r = peer(NS_SBX, *(["--src", src] if src else []), "udp", host, port, mark)
+        self.assertEqual(r["result"], "error", (host, port, r))
+        self.assertIn(r.get("errno"), ("EHOSTUNREACH", "EACCES"), (host, port, r))
+        self.assertLess(r["seconds"], 0.9, (host, port, r))
+        if host in (NET4, NET6):
+            time.sleep(0.2)
+            self.assertNotIn(mark, self.udp_sources(), (host, port))
 
     def http_via_cordon(self, max_time="3"):
         return sh("curl", "-q", "-sS", "--max-time", max_time, "-x",
@@ -246,22 +288,27 @@ class FirewallNamespaceTest(unittest.TestCase):
         for host in (NET4, NET6):
             self.assertTrue(H.wait_until(
                 lambda: peer(NS_SBX, "tcp", host, "7000")["result"] == "ok", 15), host)
-            self.assertEqual(peer(NS_SBX, "udp", host, "7001")["result"], "ok", host)
+            for port in ("7001", "443"):  # UDP echo, and QUIC's port: both answer
+                mark = f"before-{port}-{host}"
+                self.assertEqual(peer(NS_SBX, "udp", host, port, mark)["result"], "ok",
+                                 (host, port))
+                self.assertIn(mark, self.udp_sources())
         self.assertEqual(peer(NS_SBX, "open", RTR4_S, "9090")["result"], "ok")  # admin
         self.assertTrue(self.spoofed_arrives("spoof-before"))
 
         listed = self.firewall()
         self.assertNotIn("9090", listed)
 
-        # Direct: refused at once (TCP reset), or no answer (UDP), on both families.
+        self.assertIn("warning: --sandbox-cidr without --sandbox-iface", self.fw_stderr)
+
+        # Direct: refused at once, TCP with a reset and UDP (QUIC's 443 too) with ICMP, on
+        # both families; the same probes answered above, so the rules are what stops them.
         for host in (NET4, NET6):
             r = peer(NS_SBX, "tcp", host, "7000")
             self.assertEqual(r["result"], "refused", (host, r))
             self.assertLess(r["seconds"], 1.0)
-            r = peer(NS_SBX, "udp", host, "7001")
-            self.assertNotEqual(r["result"], "ok", (host, r))
-            r = peer(NS_SBX, "udp", host, "443")  # QUIC's port: UDP like any other
-            self.assertNotEqual(r["result"], "ok", (host, r))
+            for port in ("7001", "443"):
+                self.udp_refused(host, port, f"after-{port}-{host}")
         self.assertEqual(peer(NS_SBX, "open", RTR4_S, "9090")["result"], "refused")
         self.assertFalse(self.spoofed_arrives("spoof-after"), "a forged source got through")
 
@@ -283,13 +330,97 @@ class FirewallNamespaceTest(unittest.TestCase):
         self.assertIn(r["result"], ("timeout", "error"), r)
         self.assertEqual(peer(NS_SBX, "dns", RTR4_S, "53", "x.example")["result"], "timeout")
         self.assertEqual(peer(NS_SBX, "tcp", NET4, "7000")["result"], "timeout")
-        self.assertIsNone(self.procs[1].poll(), "cordon died")
+        self.assertEqual(peer(NS_SBX, "udp", NET4, "443", "kill-443")["result"], "timeout")
+        self.assertNotIn("kill-443", self.udp_sources())
+        self.assertIsNone(self.cordon.poll(), "cordon died")
 
         # Revive: the same command without --kill.
         self.firewall()
         r = self.http_via_cordon()
         self.assertEqual(r.returncode, 0, r.stderr.decode())
         self.assertEqual(peer(NS_SBX, "tcp", NET4, "7000")["result"], "refused")
+
+    def probe(self, src, *args):
+        return peer(NS_SBX, "--src", src, *args)["result"]
+
+    def neighbour_discovery_works(self):
+        """IPv6 across the sandbox link after both ends forget each other: the router's
+        reset arrives at once only if neighbour solicitations and advertisements pass."""
+        sh("ip", "-6", "neigh", "flush", "dev", "s0", ns=NS_SBX)
+        sh("ip", "-6", "neigh", "flush", "dev", "r1", ns=NS_RTR)
+        r = peer(NS_SBX, "tcp", RTR6_S, "7000")  # a router service: refused by the rules
+        self.assertEqual(r["result"], "refused", r)
+        self.assertLess(r["seconds"], 1.5, r)
+
+    def cordon_works(self, src=SBX4):
+        r = peer(NS_SBX, "--src", src, "connect", RTR4_S, "3128", self.auth, f"{NET4}:7000")
+        self.assertEqual(r["result"], "ok", (src, r))
+        r = peer(NS_SBX, "--src", src, "dns", RTR4_S, "53", "not-allowed.example")
+        self.assertEqual((r["result"], r.get("rcode")), ("ok", 5), (src, r))
+
+    def test_unlisted_sources_and_sandbox_iface(self):
+        # Control, no rules: both unlisted sources reach the internet / the router's services.
+        self.assertTrue(H.wait_until(
+            lambda: self.probe(SBX4_X, "tcp", NET4, "7000") == "ok", 15))
+        self.assertTrue(H.wait_until(
+            lambda: self.probe(SBX_LL, "tcp", RTR_LL, "7000") == "ok", 15))
+        self.assertEqual(self.probe(SBX4_X, "udp", NET4, "443", "x-before"), "ok")
+        self.assertEqual(self.probe(SBX_LL, "udp", RTR_LL, "7001", "ll-before"), "ok")
+
+        # --sandbox-cidr only (the old behaviour, kept): the listed source is refused but the
+        # unlisted ones are not matched at all. This is the hole, and the warning says so.
+        self.firewall()
+        self.assertIn("link-local (fe80::/10)", self.fw_stderr)
+        self.assertEqual(self.probe(SBX4, "tcp", NET4, "7000"), "refused")
+        self.assertEqual(self.probe(SBX4_X, "tcp", NET4, "7000"), "ok")      # forwarded
+        self.assertEqual(self.probe(SBX4_X, "tcp", RTR4_X, "7000"), "ok")    # host service
+        self.assertEqual(self.probe(SBX_LL, "tcp", RTR_LL, "7000"), "ok")    # host service
+        self.assertEqual(self.probe(SBX_LL, "udp", RTR_LL, "7001", "ll-cidr"), "ok")
+
+        # --sandbox-iface r1 alone: everything arriving on r1 is a sandbox's, any source.
+        listed = self.firewall("--sandbox-iface", "r1", cidrs=())
+        self.assertIn('iifname "r1" jump sandbox_iface', listed)
+        self.assertNotIn("warning", self.fw_stderr)
+        for src, host in ((SBX4_X, NET4), (SBX4_X, RTR4_X), (SBX4, NET4)):
+            r = peer(NS_SBX, "--src", src, "tcp", host, "7000")
+            self.assertEqual(r["result"], "refused", (src, host, r))
+            self.assertLess(r["seconds"], 1.0, (src, host, r))
+        # Link-local: refused too, but the kernel's TCP reset cannot be routed to a
+        # link-local address (no interface in its lookup), so TCP sees no answer at all;
+        # UDP gets its ICMP at once, which proves the rules are what stops it.
+        self.assertIn(self.probe(SBX_LL, "tcp", RTR_LL, "7000"), ("refused", "timeout"))
+        self.udp_refused(RTR_LL, "7001", "ll-iface", src=SBX_LL)
+        self.udp_refused(NET4, "443", "x-iface-443", src=SBX4_X)
+        self.udp_refused(NET6, "443", "x-iface6-443")
+        self.neighbour_discovery_works()
+        self.cordon_works(SBX4)
+        self.cordon_works(SBX4_X)  # any source on the interface may use cordon
+        r = self.http_via_cordon()
+        self.assertEqual(r.stdout, b"hello from the internet\n", r.stderr.decode())
+
+        # --sandbox-iface r1 with the prefixes: a source outside them on r1 is dropped.
+        self.firewall("--sandbox-iface", "r1")
+        self.assertNotIn("warning", self.fw_stderr)
+        self.assertEqual(self.probe(SBX4_X, "tcp", NET4, "7000"), "timeout")
+        self.assertEqual(self.probe(SBX_LL, "tcp", RTR_LL, "7000"), "timeout")
+        self.assertEqual(self.probe(SBX4_X, "dns", RTR4_S, "53", "x.example"), "timeout")
+        self.assertEqual(self.probe(SBX4, "tcp", NET4, "7000"), "refused")
+        self.neighbour_discovery_works()  # link-local solicitations pass before the drop
+        self.cordon_works(SBX4)
+        r = self.http_via_cordon()
+        self.assertEqual(r.stdout, b"hello from the internet\n", r.stderr.decode())
+
+        # Kill covers the interface: cordon unreachable from any source on it.
+        self.firewall("--sandbox-iface", "r1", "--kill", cidrs=())
+        self.assertEqual(self.probe(SBX4_X, "dns", RTR4_S, "53", "x.example"), "timeout")
+        self.assertEqual(self.probe(SBX4, "dns", RTR4_S, "53", "x.example"), "timeout")
+        self.assertEqual(self.probe(SBX_LL, "tcp", RTR_LL, "7000"), "timeout")
+        self.assertNotEqual(self.http_via_cordon(max_time="2").returncode, 0)
+        self.assertIsNone(self.cordon.poll(), "cordon died")
+
+        # Lifted: the same command without --kill.
+        self.firewall("--sandbox-iface", "r1", cidrs=())
+        self.cordon_works(SBX4_X)
 
 
 @unittest.skipIf(SKIP, SKIP or "")
@@ -335,7 +466,10 @@ class FirewallCliTest(unittest.TestCase):
             with open(policy, "w") as f:
                 f.write("listen: { proxy: 127.0.0.1:3128 }\njobs: {}\n")
             for bad in (["--sandbox-cidr", "10.0.0.1/8"], ["--sandbox-cidr", "0.0.0.0/0"],
-                        ["--cgroup", "../x"], ["--sandbox-cidr"]):
+                        ["--cgroup", "../x"], ["--sandbox-cidr"], ["--sandbox-iface"],
+                        ["--sandbox-iface", "a/b"], ["--sandbox-iface", "*"],
+                        ["--sandbox-iface", "lo"], ["--sandbox-iface", "x" * 16],
+                        ["--sandbox-iface", "eth0", "--sandbox-iface", "eth0"]):
                 r = self.run_fw("--policy", policy, *bad)
                 self.assertEqual(r.returncode, 2, bad)
                 self.assertTrue(r.stderr.startswith(b"cordon firewall: "), r.stderr)
@@ -343,6 +477,20 @@ class FirewallCliTest(unittest.TestCase):
             self.assertEqual(r.returncode, 1)
             self.assertIn(b"loopback", r.stderr)
             self.assertEqual(r.stdout, b"")
+            r = self.run_fw("--policy", policy, "--sandbox-iface", "veth*")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn(b"--sandbox-iface interfaces cannot reach", r.stderr)
+            routed = os.path.join(tmp, "routed.yaml")
+            with open(routed, "w") as f:
+                f.write("listen: { proxy: 10.9.0.1:3128 }\njobs: {}\n")
+            r = self.run_fw("--policy", routed, "--sandbox-cidr", "10.9.0.0/24")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(b"cordon firewall: warning: --sandbox-cidr without --sandbox-iface",
+                          r.stderr)
+            r = self.run_fw("--policy", routed, "--sandbox-cidr", "10.9.0.0/24",
+                            "--sandbox-iface", "veth*")
+            self.assertEqual((r.returncode, r.stderr), (0, b""))
+            self.assertIn(b'iifname "veth*" jump sandbox_iface', r.stdout)
             r = self.run_fw("--policy", policy, "--cgroup", "a/b")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn(b'socket cgroupv2 level 2 "a/b"', r.stdout)

@@ -207,3 +207,191 @@ TEST_CASE("firewall: --cgroup paths", "[shim][firewall]") {
     }
     CHECK_FALSE(parse_cgroup_path(deep, e));
 }
+
+namespace {
+
+firewall_spec by_iface(std::initializer_list<std::string_view> names) {
+    firewall_spec s;
+    for (const auto n : names) {
+        REQUIRE(cordon::shim::add_sandbox_iface(n, s.sandbox_ifaces).empty());
+    }
+    s.proxy = ep("172.30.0.2:3128");
+    s.dns = ep("172.30.0.2:53");
+    s.source = "policy.yaml";
+    return s;
+}
+
+const std::string nd_rule =
+    "\t\ticmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 "
+    "hoplimit 255 accept comment \"neighbour discovery\"\n";
+
+}  // namespace
+
+TEST_CASE("firewall: interface sandboxes, whatever their source address", "[shim][firewall]") {
+    const auto r = make_firewall(by_iface({"docker0", "veth*"}));
+    REQUIRE(r.ok());
+    CHECK(r.warnings.empty());
+    const std::string& t = r.ruleset;
+    // No address sets: nothing depends on the source.
+    CHECK_FALSE(has(t, "set sandbox_v4"));
+    CHECK_FALSE(has(t, "saddr @sandbox"));
+    const std::string jumps = "\t\tiifname \"docker0\" jump sandbox_iface\n"
+                              "\t\tiifname \"veth*\" jump sandbox_iface";
+    // cordon's replies first (conntrack): cordon may sit on the sandbox bridge itself.
+    const std::string replies =
+        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 3128 accept comment \"cordon's "
+        "replies\"\n"
+        "\t\tct direction reply ip saddr 172.30.0.2 udp sport 53 accept comment \"cordon's "
+        "replies\"\n"
+        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 53 accept comment \"cordon's "
+        "replies\"\n";
+    CHECK(chain(t, "input") ==
+          "\t\ttype filter hook input priority filter; policy accept;\n\t\tiif \"lo\" accept\n" +
+              replies + jumps);
+    CHECK(chain(t, "forward") ==
+          "\t\ttype filter hook forward priority filter; policy accept;\n" + replies + jumps);
+    // Neighbour discovery and router solicitation from the link pass (not advertisements),
+    // then the rules of any sandbox: cordon's listeners, else refused.
+    CHECK(chain(t, "sandbox_iface") == nd_rule + "\t\tjump sandbox_to_cordon");
+    CHECK_FALSE(has(t, "nd-router-advert"));
+    CHECK(has(chain(t, "sandbox_to_cordon"),
+              "\t\tip daddr 172.30.0.2 tcp dport 3128 accept comment \"cordon proxy\"\n"));
+    CHECK(has(chain(t, "sandbox_to_cordon"), "\t\tjump refuse"));
+    // Reverse-path check on the sandbox interfaces only, not the whole host.
+    const std::string rpf = chain(t, "antispoof");
+    CHECK(has(rpf, "\t\tiifname \"docker0\" fib saddr . mark . iif oif missing drop\n"));
+    CHECK(has(rpf, "\t\tiifname \"veth*\" fib saddr . mark . iif oif missing drop"));
+    CHECK_FALSE(has(rpf, "\t\tfib saddr"));
+    CHECK(has(t, "# sandboxes: interface docker0, interface veth*\n"));
+    CHECK_FALSE(has(t, "WARNING"));
+}
+
+TEST_CASE("firewall: interface and prefixes: other sources on the interface are dropped",
+          "[shim][firewall]") {
+    auto s = base();
+    REQUIRE(cordon::shim::add_sandbox_iface("br-sbx", s.sandbox_ifaces).empty());
+    const auto r = make_firewall(s);
+    REQUIRE(r.ok());
+    CHECK(r.warnings.empty());
+    const std::string& t = r.ruleset;
+    // The interface first (it ends in a verdict), the prefixes still for other routes in.
+    CHECK(has(chain(t, "input"), "\t\tiifname \"br-sbx\" jump sandbox_iface\n"
+                                 "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"
+                                 "\t\tip6 saddr @sandbox_v6 jump sandbox_to_cordon"));
+    CHECK(has(chain(t, "forward"), "\t\tiifname \"br-sbx\" jump sandbox_iface\n"
+                                   "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"));
+    // Neighbour discovery (link-local sources) before the anti-spoof drop.
+    CHECK(chain(t, "sandbox_iface") ==
+          nd_rule +
+              "\t\tip saddr != @sandbox_v4 drop comment \"source outside --sandbox-cidr\"\n"
+              "\t\tip6 saddr != @sandbox_v6 drop comment \"source outside --sandbox-cidr\"\n"
+              "\t\tjump sandbox_to_cordon");
+    // cordon's replies (conntrack) still come before any sandbox rule.
+    const std::string input = chain(t, "input");
+    CHECK(input.find("cordon's replies") < input.find("iifname"));
+    CHECK(has(chain(t, "antispoof"), "\t\tfib saddr . mark . iif oif missing drop"));
+    CHECK(has(t, "# sandboxes: interface br-sbx, 172.30.0.0/24, fd00:c0::/64\n"));
+}
+
+TEST_CASE("firewall: source-only matching is warned about", "[shim][firewall]") {
+    const auto r = make_firewall(base());
+    REQUIRE(r.ok());
+    REQUIRE(r.warnings.size() == 1);
+    CHECK(has(r.warnings[0], "link-local (fe80::/10)"));
+    CHECK(has(r.warnings[0], "--sandbox-iface"));
+    CHECK(has(r.ruleset, "# WARNING: sandboxes matched by source address only"));
+    firewall_spec c;
+    c.cgroup = "a";
+    c.proxy = ep("127.0.0.1:3128");
+    CHECK(make_firewall(c).warnings.empty());
+}
+
+TEST_CASE("firewall: kill covers the interfaces", "[shim][firewall]") {
+    SECTION("interface only") {
+        auto s = by_iface({"veth*"});
+        s.kill = true;
+        const auto r = make_firewall(s);
+        REQUIRE(r.ok());
+        CHECK(has(chain(r.ruleset, "input"), "\t\tiifname \"veth*\" jump sandbox_iface"));
+        CHECK(has(chain(r.ruleset, "forward"), "\t\tiifname \"veth*\" jump sandbox_iface"));
+        // Not even neighbour discovery: a killed sandbox is cut off.
+        CHECK(chain(r.ruleset, "sandbox_iface") == "\t\tjump sandbox_to_cordon");
+        CHECK(chain(r.ruleset, "sandbox_to_cordon") == "\t\tjump refuse");
+        CHECK(chain(r.ruleset, "refuse") == "\t\tdrop");
+        CHECK_FALSE(has(r.ruleset, "accept comment"));
+        CHECK_FALSE(has(r.ruleset, "reject"));
+    }
+    SECTION("interface and prefixes") {
+        auto s = base();
+        REQUIRE(cordon::shim::add_sandbox_iface("br-sbx", s.sandbox_ifaces).empty());
+        s.kill = true;
+        const auto r = make_firewall(s);
+        REQUIRE(r.ok());
+        CHECK_FALSE(has(r.ruleset, "nd-neighbor-solicit"));
+        CHECK(has(chain(r.ruleset, "input"), "\t\tiifname \"br-sbx\" jump sandbox_iface"));
+        CHECK(chain(r.ruleset, "refuse") == "\t\tdrop");
+        CHECK(has(r.ruleset, "# mode: KILL"));
+    }
+}
+
+TEST_CASE("firewall: interfaces with a wildcard listener: no replies rule", "[shim][firewall]") {
+    auto s = by_iface({"docker0"});
+    s.proxy = ep("0.0.0.0:3128");
+    s.dns.reset();
+    const auto r = make_firewall(s);
+    REQUIRE(r.ok());
+    CHECK_FALSE(has(r.ruleset, "cordon's replies"));
+    CHECK(has(chain(r.ruleset, "sandbox_to_cordon"),
+              "\t\tfib daddr type local meta nfproto ipv4 tcp dport 3128 accept"));
+}
+
+TEST_CASE("firewall: a loopback listener is an error with interfaces too", "[shim][firewall]") {
+    auto s = by_iface({"docker0"});
+    s.proxy = ep("127.0.0.1:3128");
+    const auto r = make_firewall(s);
+    REQUIRE(r.errors.size() == 1);
+    CHECK(has(r.errors[0], "--sandbox-iface interfaces cannot reach"));
+}
+
+TEST_CASE("firewall: --sandbox-iface is strict", "[shim][firewall]") {
+    std::vector<std::string> out;
+    const auto err = [&](std::string_view text) {
+        return cordon::shim::add_sandbox_iface(text, out);
+    };
+    for (const std::string_view good :
+         {"docker0", "veth*", "br-1a2b3c4d5e6f", "cni0", "tap.1", "vnet_2", "wg+x", "a@b", "x"}) {
+        CAPTURE(good);
+        CHECK(err(good).empty());
+    }
+    CHECK(out.size() == 9);
+    CHECK(has(err("docker0"), "given twice"));
+    CHECK(has(err("veth*"), "given twice"));
+    CHECK(has(err("br-1a2b3c4d5e6f0"), "1 to 15"));  // 16: over IFNAMSIZ
+    CHECK(has(err(""), "1 to 15"));
+    CHECK(has(err("*"), "at least two"));
+    CHECK(has(err("e*"), "at least two"));
+    CHECK(has(err("lo"), "matches lo"));
+    CHECK(has(err("lo*"), "matches lo"));
+    for (const std::string_view bad :
+         {".", "..", "a/b", "a b", "a\tb", "a\nb", "a:0", "a\"b", "a\\b", "a*b", "ve**",
+          "eth0;flush", "a{b}", "a$b", "caf\xc3\xa9"}) {
+        CAPTURE(bad);
+        CHECK(has(err(bad), "not an interface name"));
+    }
+    CHECK(out.size() == 9);
+    for (int i = 0; out.size() < 64; ++i) {
+        REQUIRE(err("if" + std::to_string(i)).empty());
+    }
+    CHECK(has(err("one-more"), "at most 64"));
+}
+
+TEST_CASE("firewall: interface patterns match as nft's iifname", "[shim][firewall]") {
+    using cordon::shim::iface_matches;
+    CHECK(iface_matches("eth0", "eth0"));
+    CHECK_FALSE(iface_matches("eth0", "eth01"));
+    CHECK_FALSE(iface_matches("eth0", "eth"));
+    CHECK(iface_matches("veth*", "veth"));
+    CHECK(iface_matches("veth*", "veth1a2b"));
+    CHECK_FALSE(iface_matches("veth*", "vet"));
+    CHECK_FALSE(iface_matches("veth*", "xveth0"));
+}
