@@ -13,6 +13,9 @@ Standard library only. Each command prints one JSON line and exits 0.
   connect PROXY PORT AUTH TARGET CONNECT through the proxy (AUTH user:pass), then echo
   dns HOST PORT NAME             one UDP DNS query -> {"result": ok, "rcode": N} or timeout
   spoof SRC DST PORT MARK        a raw UDP datagram with a forged IPv4 source
+  nd DEV TARGET                  an IPv6 neighbour solicitation for TARGET, multicast on DEV
+                                 (from --src, e.g. a link-local address), wait 1 s for the
+                                 advertisement -> {"result": ok|timeout}
 
 --src ADDR before tcp, open, udp, connect or dns binds that source address first (an IPv6
 link-local one as fe80::2%DEV).
@@ -235,9 +238,36 @@ def cmd_spoof(src, dst, port, mark):
     out(result="sent")
 
 
+def cmd_nd(dev, target):
+    t = socket.inet_pton(socket.AF_INET6, target)
+    group = "ff02::1:ff" + t[13:14].hex() + ":" + t[14:16].hex()  # solicited-node
+    with open(f"/sys/class/net/{dev}/address") as f:
+        mac = bytes.fromhex(f.read().strip().replace(":", ""))
+    # type 135, code 0, checksum (the kernel's), reserved, target, source link-layer option
+    ns = struct.pack("!BBHI", 135, 0, 0, 0) + t + bytes([1, 1]) + mac
+    s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, 255)
+    if SRC:
+        s.bind(socket.getaddrinfo(SRC, 0, socket.AF_INET6, socket.SOCK_DGRAM)[0][4])
+    s.sendto(ns, socket.getaddrinfo(f"{group}%{dev}", 0, socket.AF_INET6,
+                                    socket.SOCK_DGRAM)[0][4])
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            b = s.recv(512)
+        except socket.timeout:
+            break
+        if len(b) >= 24 and b[0] == 136 and b[8:24] == t:
+            out(result="ok")
+            return
+    out(result="timeout")
+
+
 if __name__ == "__main__":
     cmds = {"servers": cmd_servers, "tcp": cmd_tcp, "open": cmd_open, "udp": cmd_udp, "connect": cmd_connect,
-            "dns": cmd_dns, "spoof": cmd_spoof}
+            "dns": cmd_dns, "spoof": cmd_spoof, "nd": cmd_nd}
     argv = sys.argv[1:]
     if argv[0] == "--src":
         SRC, argv = argv[1], argv[2:]

@@ -345,12 +345,15 @@ class FirewallNamespaceTest(unittest.TestCase):
 
     def neighbour_discovery_works(self):
         """IPv6 across the sandbox link after both ends forget each other: the router's
-        reset arrives at once only if neighbour solicitations and advertisements pass."""
+        reset arrives at once only if neighbour solicitations and advertisements pass. And a
+        solicitation from the sandbox's link-local address (as the kernel sends its
+        reachability probes) is answered: not caught by the drop of unlisted sources."""
         sh("ip", "-6", "neigh", "flush", "dev", "s0", ns=NS_SBX)
         sh("ip", "-6", "neigh", "flush", "dev", "r1", ns=NS_RTR)
         r = peer(NS_SBX, "tcp", RTR6_S, "7000")  # a router service: refused by the rules
         self.assertEqual(r["result"], "refused", r)
         self.assertLess(r["seconds"], 1.5, r)
+        self.assertEqual(self.probe(SBX_LL, "nd", "s0", RTR6_S), "ok")
 
     def cordon_works(self, src=SBX4):
         r = peer(NS_SBX, "--src", src, "connect", RTR4_S, "3128", self.auth, f"{NET4}:7000")
@@ -366,6 +369,7 @@ class FirewallNamespaceTest(unittest.TestCase):
             lambda: self.probe(SBX_LL, "tcp", RTR_LL, "7000") == "ok", 15))
         self.assertEqual(self.probe(SBX4_X, "udp", NET4, "443", "x-before"), "ok")
         self.assertEqual(self.probe(SBX_LL, "udp", RTR_LL, "7001", "ll-before"), "ok")
+        self.assertEqual(self.probe(SBX_LL, "nd", "s0", RTR6_S), "ok")
 
         # --sandbox-cidr only (the old behaviour, kept): the listed source is refused but the
         # unlisted ones are not matched at all. This is the hole, and the warning says so.
@@ -415,6 +419,7 @@ class FirewallNamespaceTest(unittest.TestCase):
         self.assertEqual(self.probe(SBX4_X, "dns", RTR4_S, "53", "x.example"), "timeout")
         self.assertEqual(self.probe(SBX4, "dns", RTR4_S, "53", "x.example"), "timeout")
         self.assertEqual(self.probe(SBX_LL, "tcp", RTR_LL, "7000"), "timeout")
+        self.assertEqual(self.probe(SBX_LL, "nd", "s0", RTR6_S), "timeout")  # ND too
         self.assertNotEqual(self.http_via_cordon(max_time="2").returncode, 0)
         self.assertIsNone(self.cordon.poll(), "cordon died")
 
@@ -443,6 +448,43 @@ class FirewallApplyErrorsTest(unittest.TestCase):
             self.assertIn("previous ruleset", r.stderr.decode())
             listed = sh("nft", "list", "table", "inet", "cordon", ns=ns).stdout.decode()
             self.assertIn("marker", listed)  # the failed transaction changed nothing
+        finally:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL, timeout=10)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_iface_holding_a_default_route_refused(self):
+        # Naming the uplink (or a wildcard that matches it) would make the administrators'
+        # own traffic a sandbox's: --apply refuses and leaves the running table alone.
+        ns = f"{TAG}-up"
+        tmp = tempfile.mkdtemp(prefix="cordon-it-fw-")
+        try:
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", "uplink4", "type", "veth", "peer", "name", "p4", ns=ns)
+            sh("ip", "link", "add", "uplink6", "type", "veth", "peer", "name", "p6", ns=ns)
+            for dev in ("uplink4", "p4", "uplink6", "p6"):
+                sh("ip", "link", "set", dev, "up", ns=ns)
+            sh("ip", "addr", "add", "192.0.2.1/24", "dev", "uplink4", ns=ns)
+            sh("ip", "route", "add", "default", "via", "192.0.2.254", ns=ns)
+            sh("ip", "-6", "addr", "add", "2001:db8:9::1/64", "dev", "uplink6", "nodad", ns=ns)
+            sh("ip", "-6", "route", "add", "default", "via", "2001:db8:9::fe", "dev",
+               "uplink6", ns=ns)
+            policy = os.path.join(tmp, "p.yaml")
+            with open(policy, "w") as f:
+                f.write("listen: { proxy: 10.9.0.1:3128 }\njobs: {}\n")
+            sh("nft", "add", "table", "inet", "cordon", ns=ns)
+            sh("nft", "add", "chain", "inet", "cordon", "marker", ns=ns)
+            for name in ("uplink4", "uplink6", "upl*"):
+                r = sh(H.CORDON_BIN, "firewall", "--policy", policy, "--sandbox-iface", name,
+                       "--apply", ns=ns, check=False)
+                self.assertEqual(r.returncode, 1, name)
+                self.assertIn("default route", r.stderr.decode(), name)
+                listed = sh("nft", "list", "table", "inet", "cordon", ns=ns).stdout.decode()
+                self.assertIn("marker", listed, name)
+            r = sh(H.CORDON_BIN, "firewall", "--policy", policy, "--sandbox-iface", "p4",
+                   "--apply", ns=ns, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            listed = sh("nft", "list", "table", "inet", "cordon", ns=ns).stdout.decode()
+            self.assertIn('iifname "p4" jump sandbox_iface', listed)
         finally:
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL, timeout=10)
             shutil.rmtree(tmp, ignore_errors=True)
