@@ -1,11 +1,13 @@
 // The `cordon` binary: one verb per command; `cordon --help` lists them.
 
 #include <array>
+#include <exception>
 #include <iostream>
 #include <string_view>
 #include <vector>
 
 #include "cli/verbs.hpp"
+#include "proxy/error_text.hpp"
 
 namespace {
 
@@ -79,7 +81,16 @@ int main(int argc, char** argv) {
     }
     for (const auto& v : verbs) {
         if (v.name == first) {
-            return v.run(cordon::cli::args(all).subspan(1));
+            // A verb reports what it expects to go wrong; this is for what it does not, e.g.
+            // an admin API answer of an unexpected shape: a line and exit 1, not an abort.
+            try {
+                return v.run(cordon::cli::args(all).subspan(1));
+            } catch (const std::exception& e) {
+                std::cerr << "cordon " << first
+                          << ": unexpected error: " << cordon::proxy::without_location(e)
+                          << '\n';
+                return 1;
+            }
         }
     }
     std::cerr << "cordon: unknown verb '" << first << "'\n\n";

@@ -1774,5 +1774,42 @@ class StartupTests(CordonTestCase):
                               f"(dns, {transport}): Address already in use\n", err)
 
 
+
+class CliUnexpectedAnswerTests(unittest.TestCase):
+    """An admin API answer of a shape the CLI does not expect (a proxy in the way, another
+    version) ends the verb with one line and exit 1: no abort, no Boost source location."""
+
+    def test_session_list_with_a_wrong_shaped_answer(self):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = b'{"sessions": 5}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.addCleanup(server.server_close)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.shutdown)
+        token = os.path.join(H.tempfile.mkdtemp(), "token")
+        with open(token, "w") as f:
+            f.write("t" * 32)
+        env = dict(os.environ, CORDON_ADMIN=f"http://127.0.0.1:{server.server_address[1]}",
+                   CORDON_ADMIN_TOKEN_FILE=token)
+        r = H.subprocess.run([H.CORDON_BIN, "session", "list"], env=env, text=True,
+                             stdin=H.subprocess.DEVNULL, capture_output=True, timeout=20)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertTrue(r.stderr.startswith("cordon session: unexpected error: "), r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertNotIn("/usr/include", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
