@@ -205,7 +205,8 @@ TEST_CASE("worksheet: state-dependent boxes need a running cordon", "[worksheet]
     SECTION("an empty kill beside a measured one: the measured one decides") {
         st.kills = {proxy::kill_timing{"network", 0.01, 0, at.generated},
                     proxy::kill_timing{"session", 3.5, 2, at.generated}};
-        const check& c = find_check(build(p, j, st, at), "kill_switch", "measured_within_promise");
+        const model m = build(p, j, st, at);
+        const check& c = find_check(m, "kill_switch", "measured_within_promise");
         CHECK(c.ticked);
         CHECK_THAT(c.why, Catch::Contains("the last network kill closed no connection and "
                                           "proves nothing"));
