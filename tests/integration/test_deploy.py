@@ -389,13 +389,20 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(self.cordon["volumes"][0], "./policy.yaml:/etc/cordon/policy.yaml:ro")
 
     def test_firewall_for_the_docker_host(self):
-        # docs/deploy.md: the host-side rules for the compose sandbox network.
+        # docs/deploy.md: the host-side rules for the compose sandbox network, on its bridge
+        # (named in compose.yaml) and its prefix, exactly as the docs give the command.
         subnet = self.networks["sandbox"]["ipam"]["config"][0]["subnet"]
-        r = subprocess.run([H.CORDON_BIN, "firewall", "--policy", POLICY, "--sandbox-cidr",
-                            subnet], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           timeout=30)
+        bridge = self.networks["sandbox"]["driver_opts"]["com.docker.network.bridge.name"]
+        with open(os.path.join(REPO, "docs", "deploy.md")) as f:
+            self.assertIn(f"--sandbox-iface {bridge} \\\n    --sandbox-cidr {subnet} --apply",
+                          f.read())
+        r = subprocess.run([H.CORDON_BIN, "firewall", "--policy", POLICY, "--sandbox-iface",
+                            bridge, "--sandbox-cidr", subnet], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertNotIn("source address only", r.stderr.decode())
         out = r.stdout.decode()
+        self.assertIn(f'iifname "{bridge}" jump sandbox_iface', out)
         ip = self.ip_on("cordon", "sandbox")
         self.assertIn(f"ip daddr {ip} tcp dport 3128 accept", out)
         self.assertIn(f"ct direction reply ip saddr {ip} tcp sport 3128 accept", out)
