@@ -38,10 +38,30 @@ int utf8_sequence(std::string_view s) {
     return need + 1;
 }
 
-}  // namespace
+constexpr char hex[] = "0123456789abcdef";
 
-void append_json_string(std::string& out, std::string_view s) {
-    static constexpr char hex[] = "0123456789abcdef";
+void append_u16(std::string& out, unsigned v) {
+    out.append("\\u");
+    for (int shift = 12; shift >= 0; shift -= 4) {
+        out.push_back(hex[(v >> shift) & 0xf]);
+    }
+}
+
+// The code point of a valid UTF-8 sequence of `len` bytes (2 to 4) at the front of `s`.
+unsigned code_point(std::string_view s, int len) {
+    const auto b = [&](int i) { return static_cast<unsigned>(static_cast<unsigned char>(s[i])); };
+    if (len == 2) {
+        return ((b(0) & 0x1fU) << 6) | (b(1) & 0x3fU);
+    }
+    if (len == 3) {
+        return ((b(0) & 0x0fU) << 12) | ((b(1) & 0x3fU) << 6) | (b(2) & 0x3fU);
+    }
+    return ((b(0) & 0x07U) << 18) | ((b(1) & 0x3fU) << 12) | ((b(2) & 0x3fU) << 6) |
+           (b(3) & 0x3fU);
+}
+
+template <bool Ascii>
+void append_impl(std::string& out, std::string_view s) {
     out.reserve(out.size() + s.size() + 2);
     out.push_back('"');
     while (!s.empty()) {
@@ -62,8 +82,19 @@ void append_json_string(std::string& out, std::string_view s) {
         const auto c = static_cast<unsigned char>(s[0]);
         const int len = utf8_sequence(s);
         if (len < 0) {
-            out.append("\xef\xbf\xbd");  // U+FFFD
+            out.append(Ascii ? "\\ufffd" : "\xef\xbf\xbd");  // U+FFFD
             s.remove_prefix(static_cast<std::size_t>(-len));
+            continue;
+        }
+        if (Ascii && len > 1) {
+            const unsigned cp = code_point(s, len);
+            if (cp >= 0x10000) {  // a surrogate pair
+                append_u16(out, 0xd800 + ((cp - 0x10000) >> 10));
+                append_u16(out, 0xdc00 + ((cp - 0x10000) & 0x3ff));
+            } else {
+                append_u16(out, cp);
+            }
+            s.remove_prefix(static_cast<std::size_t>(len));
             continue;
         }
         const auto c2 = len == 3 ? static_cast<unsigned char>(s[2]) : 0;
@@ -96,6 +127,14 @@ void append_json_string(std::string& out, std::string_view s) {
         s.remove_prefix(static_cast<std::size_t>(len));
     }
     out.push_back('"');
+}
+
+}  // namespace
+
+void append_json_string(std::string& out, std::string_view s) { append_impl<false>(out, s); }
+
+void append_json_string_ascii(std::string& out, std::string_view s) {
+    append_impl<true>(out, s);
 }
 
 }  // namespace cordon::config

@@ -14,4 +14,9 @@ namespace cordon::config {
 /// The output is always valid JSON, whatever `s` holds.
 void append_json_string(std::string& out, std::string_view s);
 
+/// The same string in printable ASCII only: every other code point as \uXXXX (a surrogate
+/// pair above U+FFFF), each invalid UTF-8 subsequence as \ufffd. For answers to clients,
+/// which read the same whatever the terminal or log they end up in.
+void append_json_string_ascii(std::string& out, std::string_view s);
+
 }  // namespace cordon::config

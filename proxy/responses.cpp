@@ -2,31 +2,15 @@
 
 #include <cstdio>
 
+#include "config/json_string.hpp"
+
 namespace cordon::proxy {
 
 std::string json_escape(std::string_view s) {
     std::string out;
-    out.reserve(s.size() + 2);
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (u < 0x20 || u == 0x7f || u >= 0x80) {
-                    // Bytes from clients are not trusted to be UTF-8: escape everything
-                    // outside printable ASCII so the body is always valid JSON.
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(u));
-                    out += buf;
-                } else {
-                    out += c;
-                }
-        }
-    }
+    config::append_json_string_ascii(out, s);
+    out.pop_back();  // the quotes: callers add their own
+    out.erase(0, 1);
     return out;
 }
 

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/json_string.hpp"
+
 namespace {
 
 using namespace cordon::proxy;
@@ -80,20 +82,13 @@ std::string string_field(const json::object& o, std::string_view key) {
     return std::string(v->as_string());
 }
 
-// json_escape maps each byte to the code point of the same value (bytes >= 0x80 are not
-// trusted to be UTF-8), so the parsed JSON string is the input read as Latin-1.
-std::string latin1_to_utf8(std::string_view s) {
-    std::string out;
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u < 0x80) {
-            out += c;
-        } else {
-            out += static_cast<char>(0xc0 | (u >> 6));
-            out += static_cast<char>(0x80 | (u & 0x3f));
-        }
-    }
-    return out;
+// What a JSON reader gets back from json_escape(s): the same as from the audit log's escaper
+// (raw UTF-8 out), i.e. s with each invalid UTF-8 subsequence replaced by U+FFFD.
+std::string as_decoded(std::string_view s) {
+    std::string quoted;
+    cordon::config::append_json_string(quoted, s);
+    const json::value v = json::parse(quoted);
+    return std::string(v.as_string());
 }
 
 std::string all_bytes() {
@@ -167,18 +162,23 @@ TEST_CASE("responses: json_escape of single characters", "[responses]") {
         {"\t", "\\t"},
         {"\0"s, "\\u0000"},
         {"\x01", "\\u0001"},
-        {"\b", "\\u0008"},
-        {"\f", "\\u000c"},
+        {"\b", "\\b"},
+        {"\f", "\\f"},
         {"\x1b", "\\u001b"},
         {"\x1f", "\\u001f"},
         {" ", " "},
         {"~", "~"},
         {"\x7f", "\\u007f"},
-        {"\x80", "\\u0080"},
-        {"\xff", "\\u00ff"},
-        {"\xc3\xa9", "\\u00c3\\u00a9"},
+        {"\x80", "\\ufffd"},                    // a stray continuation byte
+        {"\xff", "\\ufffd"},
+        {"\xc3", "\\ufffd"},                    // truncated
+        {"\xc0\xaf", "\\ufffd\\ufffd"},          // overlong '/'
+        {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"},  // a surrogate
+        {"\xc3\xa9", "\\u00e9"},                // é
+        {"\xe2\x82\xac", "\\u20ac"},            // €
+        {"\xf0\x9f\x98\x80", "\\ud83d\\ude00"},  // U+1F600: a surrogate pair
         {"a\"b\\c\nd", "a\\\"b\\\\c\\nd"},
-        {"\xe2\x80\xa8", "\\u00e2\\u0080\\u00a8"},  // U+2028 as bytes
+        {"\xe2\x80\xa8", "\\u2028"},
     }));
     INFO(c.first);
     CHECK(json_escape(c.first) == c.second);
@@ -197,7 +197,9 @@ TEST_CASE("responses: json_escape output is printable ASCII and parses back", "[
     const json::value v = json::parse("\"" + out + "\"", ec);
     REQUIRE_FALSE(ec);
     REQUIRE(v.is_string());
-    CHECK(std::string(v.as_string()) == latin1_to_utf8(in));
+    const std::string back(v.as_string());
+    CHECK(back == as_decoded(in));
+    CHECK(back.find("\xc3\xa9 \xf0\x9f\x98\x80 ") != std::string::npos);  // valid UTF-8 kept
 }
 
 TEST_CASE("responses: deny_response framing and body", "[responses]") {
@@ -292,7 +294,7 @@ TEST_CASE("responses: the body stays valid JSON for hostile targets", "[response
     const json::object o = parse_body(r.body);
     CHECK(string_field(o, "reason") == "bad_request");
     CHECK(string_field(o, "job") == "job \"x\"\n");
-    CHECK(string_field(o, "target") == latin1_to_utf8(target));
-    CHECK(string_field(o, "message") == latin1_to_utf8("msg with \\ and \"\x01\xff"));
+    CHECK(string_field(o, "target") == as_decoded(target));
+    CHECK(string_field(o, "message") == "msg with \\ and \"\x01\xef\xbf\xbd");
     CHECK_FALSE(o.contains("injected"));
 }

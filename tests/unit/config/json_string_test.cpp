@@ -1,0 +1,68 @@
+// Tests of config/json_string: the one JSON string escaper, in its UTF-8 and ASCII forms.
+#include "config/json_string.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include <random>
+#include <string>
+
+namespace {
+
+std::string quoted(std::string_view s, bool ascii) {
+    std::string out;
+    if (ascii) {
+        cordon::config::append_json_string_ascii(out, s);
+    } else {
+        cordon::config::append_json_string(out, s);
+    }
+    return out;
+}
+
+std::string decoded(const std::string& json_text) {
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(json_text, ec);
+    REQUIRE_FALSE(ec);
+    REQUIRE(v.is_string());
+    return std::string(v.as_string());
+}
+
+}  // namespace
+
+TEST_CASE("json_string: the ASCII form reads back as the UTF-8 form, for any bytes",
+          "[json_string]") {
+    std::mt19937 rng(20261130);
+    std::uniform_int_distribution<int> len(0, 64);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_int_distribution<int> pick(0, 3);
+    // Random bytes, biased towards the lead and continuation bytes of multi-byte sequences.
+    for (int round = 0; round < 5000; ++round) {
+        std::string s;
+        for (int i = len(rng); i > 0; --i) {
+            const int p = pick(rng);
+            s += static_cast<char>(p == 0   ? byte(rng)
+                                   : p == 1 ? 0x80 + byte(rng) % 0x40
+                                   : p == 2 ? 0xc2 + byte(rng) % 0x33
+                                            : 0x20 + byte(rng) % 0x5f);
+        }
+        const std::string a = quoted(s, true);
+        for (const char c : a) {
+            const auto u = static_cast<unsigned char>(c);
+            REQUIRE(u >= 0x20);
+            REQUIRE(u < 0x7f);
+        }
+        REQUIRE(decoded(a) == decoded(quoted(s, false)));
+    }
+}
+
+TEST_CASE("json_string: code points in the ASCII form", "[json_string]") {
+    CHECK(quoted("plain", true) == "\"plain\"");
+    CHECK(quoted("\xc3\xa9", true) == "\"\\u00e9\"");
+    CHECK(quoted("\xef\xbf\xbf", true) == "\"\\uffff\"");
+    CHECK(quoted("\xf0\x90\x80\x80", true) == "\"\\ud800\\udc00\"");  // U+10000
+    CHECK(quoted("\xf4\x8f\xbf\xbf", true) == "\"\\udbff\\udfff\"");  // U+10FFFF
+    CHECK(quoted("\xf4\x90\x80\x80", true) == "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // too high
+    CHECK(quoted("\xe2\x80\xa9", true) == "\"\\u2029\"");
+    CHECK(decoded(quoted("\xf0\x9f\x98\x80", true)) == "\xf0\x9f\x98\x80");
+}
