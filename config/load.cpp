@@ -58,14 +58,6 @@ bool valid_env_name(std::string_view s) {
     });
 }
 
-// RFC 9110 token characters, as methods are written: upper case by convention and required
-// here so that "get" in a policy is caught rather than silently never matching.
-bool valid_method(std::string_view s) {
-    return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
-        return (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
-    });
-}
-
 bool absolute_path(std::string_view s) {
     return !s.empty() && s.front() == '/' && s.find('\0') == std::string_view::npos;
 }
@@ -980,7 +972,7 @@ private:
                     if (!s) {
                         continue;
                     }
-                    if (!valid_method(*s)) {
+                    if (!valid_http_method(*s)) {
                         error((*v)[i], mp, "'" + *s + "' is not an HTTP method (write it in "
                                            "upper case, e.g. GET)");
                     } else if (*s == "CONNECT") {
@@ -1255,6 +1247,12 @@ diagnostic whole_file(std::string_view file, std::string message) {
 }
 
 }  // namespace
+
+bool valid_http_method(std::string_view s) noexcept {
+    return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
+    });
+}
 
 bool valid_job_name(std::string_view s) noexcept {
     if (s.empty() || s.size() > static_cast<std::size_t>(max_job_name)) {

@@ -36,6 +36,11 @@ struct load_result {
 /// digit (so it is safe in a URL path: never "." or "..").
 bool valid_job_name(std::string_view s) noexcept;
 
+/// An HTTP method as a policy writes it and the proxy forwards it: 1-32 of [A-Z_-] (RFC 9110
+/// token characters, upper case required so that "get" is caught rather than silently never
+/// matching). CONNECT passes here; http rules refuse it separately.
+bool valid_http_method(std::string_view s) noexcept;
+
 /// Loads and validates policy text. `file` names it in diagnostics.
 load_result load_policy(std::string_view text, std::string_view file);
 

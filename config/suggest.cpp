@@ -10,6 +10,7 @@
 #include "config/host.hpp"
 #include "config/json_string.hpp"
 #include "config/ip.hpp"
+#include "config/load.hpp"
 
 namespace cordon::config {
 namespace {
@@ -40,11 +41,8 @@ struct node {
     const acc* self = nullptr;  // the node's own name was requested
 };
 
-bool valid_method(std::string_view m) {
-    return !m.empty() && m.size() <= 32 && m != "CONNECT" &&
-           std::all_of(m.begin(), m.end(),
-                       [](char c) { return (c >= 'A' && c <= 'Z') || c == '-' || c == '_'; });
-}
+// A method an http rule may list (config::load refuses CONNECT there).
+bool valid_method(std::string_view m) { return m != "CONNECT" && valid_http_method(m); }
 
 std::string host_cidr(const ip_address& a) {
     return a.to_string() + (a.is_v4() ? "/32" : "/128");

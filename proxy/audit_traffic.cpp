@@ -9,6 +9,7 @@
 #include "config/classify.hpp"
 #include "config/host.hpp"
 #include "config/ip.hpp"
+#include "config/load.hpp"
 #include "proxy/audit.hpp"
 #include "proxy/audit_files.hpp"
 #include "proxy/audit_timeline.hpp"  // find_needles
@@ -226,13 +227,9 @@ scan_result scan_fields(std::string_view s, fields& f) {
     return event_seen && plausible_ts(f.ts) ? scan_result::ok : scan_result::malformed;
 }
 
-// An HTTP method as the proxy forwards them (a token of upper-case letters, '-', '_'); the
-// file is hostile: anything else is not a request this reader counts.
-bool plausible_method(std::string_view m) {
-    return !m.empty() && m.size() <= 32 && std::all_of(m.begin(), m.end(), [](char c) {
-        return (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
-    });
-}
+// An HTTP method as the proxy forwards them (config::valid_http_method); the file is
+// hostile: anything else is not a request this reader counts.
+bool plausible_method(std::string_view m) { return config::valid_http_method(m); }
 
 // Queries a dns.* line stands for: one, or its `repeats` (docs/dns.md: a line with
 // "repeats": N says that N more identical queries came).
