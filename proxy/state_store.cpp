@@ -33,10 +33,11 @@ constexpr std::string_view untouched =
     "; the file was left untouched: restore a backup, or move it away to start with an empty "
     "store";
 
-// The schema (version 2; version 1 lacked kill_timings). STRICT tables make SQLite check the
-// column types; times are milliseconds since the epoch; hash is the SHA-256 of a token, never
-// the token.
-constexpr const char* schema_sql = R"sql(
+// The schema as version 1 wrote it; a new store applies it and then each upgrade below, so
+// a table is declared once and a new file and an upgraded one are the same. STRICT tables make
+// SQLite check the column types; times are milliseconds since the epoch; hash is the SHA-256
+// of a token, never the token.
+constexpr const char* schema_v1_sql = R"sql(
 CREATE TABLE meta (schema_version INTEGER NOT NULL) STRICT;
 CREATE TABLE kill_switch (
   id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -75,13 +76,7 @@ CREATE TABLE events (
   json TEXT NOT NULL
 ) STRICT;
 CREATE INDEX events_ts ON events (ts_ms);
-CREATE TABLE kill_timings (
-  scope TEXT PRIMARY KEY NOT NULL CHECK (scope IN ('network', 'session')),
-  elapsed_us INTEGER NOT NULL CHECK (elapsed_us >= 0),
-  connections_closed INTEGER NOT NULL CHECK (connections_closed >= 0),
-  at_ms INTEGER NOT NULL
-) STRICT;
-INSERT INTO meta (schema_version) VALUES (2);
+INSERT INTO meta (schema_version) VALUES (1);
 )sql";
 
 // From version 1 to 2: the last measured kill of each scope. Additive, in one transaction.
@@ -434,7 +429,9 @@ bool create_store(const std::string& dir, const std::string& path, std::string& 
         // persistent property of the file); closing leaves no WAL behind.
         if ((rc = db.exec("PRAGMA synchronous=FULL")) != SQLITE_OK ||
             (rc = db.exec("BEGIN IMMEDIATE")) != SQLITE_OK ||
-            (rc = db.exec(schema_sql)) != SQLITE_OK || (rc = db.exec("COMMIT")) != SQLITE_OK) {
+            (rc = db.exec(schema_v1_sql)) != SQLITE_OK ||
+            (rc = db.exec(migrate_1_to_2_sql)) != SQLITE_OK ||
+            (rc = db.exec("COMMIT")) != SQLITE_OK) {
             return fail("schema: " + db.message(rc));
         }
         std::vector<std::string> mode;
