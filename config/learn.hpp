@@ -54,14 +54,6 @@ struct seen_traffic {
     std::map<std::string, std::uint64_t> not_policy;
     std::string first_ts;  ///< of the records used; empty when none
     std::string last_ts;
-
-    std::uint64_t total(seen_outcome o) const noexcept {
-        std::uint64_t n = 0;
-        for (const auto& r : requests) {
-            n += r.outcome == o ? r.count : 0;
-        }
-        return n;
-    }
 };
 
 /// True for the deny reasons decided by the policy (decide() and check_addresses()), the

@@ -44,9 +44,7 @@ struct node {
 // A method an http rule may list (config::load refuses CONNECT there).
 bool valid_method(std::string_view m) { return m != "CONNECT" && valid_http_method(m); }
 
-std::string host_cidr(const ip_address& a) {
-    return a.to_string() + (a.is_v4() ? "/32" : "/128");
-}
+std::string host_cidr(const ip_address& a) { return cidr{a, a.is_v4() ? 32 : 128}.to_string(); }
 
 // "api.example.com" -> "com.example.api": rules of one domain sort together.
 std::string reversed_labels(std::string_view name) {
@@ -315,17 +313,22 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
         s.left_out.push_back(not_learned{k.first, k.second, c});
     }
 
+    // Each rule's host parsed once: the names (one per distinct name looked up, as many as
+    // a name-per-query exfiltration makes) are matched against these.
+    std::vector<host_pattern> patterns;
+    for (const auto& r : s.rules) {
+        if (!r.host.empty()) {
+            if (auto pat = parse_host_pattern(r.host); pat.ok()) {
+                patterns.push_back(std::move(pat.value));
+            }
+        }
+    }
     for (const seen_name& n : seen.dns) {
         if (requested.contains(n.name) || n.name == reserved_name) {
             continue;
         }
-        const bool covered = std::any_of(s.rules.begin(), s.rules.end(), [&](const auto& r) {
-            if (r.host.empty()) {
-                return false;
-            }
-            const auto pat = parse_host_pattern(r.host);
-            return pat.ok() && pat.value.matches(n.name);
-        });
+        const bool covered = std::any_of(patterns.begin(), patterns.end(),
+                                         [&](const host_pattern& p) { return p.matches(n.name); });
         if (!covered) {
             s.dns_only.push_back(n);
         }

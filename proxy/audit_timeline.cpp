@@ -260,7 +260,8 @@ std::string describe(const std::string& event, const json::object& o) {
     return out;
 }
 
-// [start, end) of the line holding `at`; end == npos when the line has no '\n' yet.
+}  // namespace
+
 std::pair<std::size_t, std::size_t> line_at(std::string_view data, std::size_t at) {
     const auto offset = [&data](const void* p) {
         return static_cast<std::size_t>(static_cast<const char*>(p) - data.data());
@@ -271,8 +272,6 @@ std::pair<std::size_t, std::size_t> line_at(std::string_view data, std::size_t a
     const std::size_t end = e == nullptr ? std::string_view::npos : offset(e);
     return {start, end};
 }
-
-}  // namespace
 
 std::optional<wall_clock::time_point> parse_time_arg(std::string_view text,
                                                      wall_clock::time_point now) {

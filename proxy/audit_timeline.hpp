@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "proxy/tokens.hpp"  // wall_clock
@@ -47,6 +48,10 @@ struct timeline_stats {
 /// (SSE2 where available, else memmem per needle); unordered, a position once per needle.
 void find_needles(std::string_view data, const std::vector<std::string>& needles,
                   std::vector<std::size_t>& hits);
+
+/// [start, end) of the line of `data` holding offset `at`; end is npos when that line has no
+/// '\n' yet (the record being written).
+std::pair<std::size_t, std::size_t> line_at(std::string_view data, std::size_t at);
 
 /// Scans `data` (the bytes of one audit file) and appends the lines of `q.session` within
 /// [since, until], and every kill.network and revive (finish_timeline() keeps those that fall

@@ -227,9 +227,6 @@ scan_result scan_fields(std::string_view s, fields& f) {
     return event_seen && plausible_ts(f.ts) ? scan_result::ok : scan_result::malformed;
 }
 
-// An HTTP method as the proxy forwards them (config::valid_http_method); the file is
-// hostile: anything else is not a request this reader counts.
-bool plausible_method(std::string_view m) { return config::valid_http_method(m); }
 
 // Queries a dns.* line stands for: one, or its `repeats` (docs/dns.md: a line with
 // "repeats": N says that N more identical queries came).
@@ -282,9 +279,7 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         }
         if (!f.session.empty()) {
             key_.assign(f.session);
-            if (!sessions_.contains(key_)) {
-                sessions_.insert(key_);
-            }
+            sessions_.insert(key_);
         }
     };
     if (f.event == kind_of_event::dns_query || f.event == kind_of_event::dns_deny) {
@@ -341,7 +336,7 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         r.kind = f.method.empty() || f.method == "CONNECT" ? config::request_kind::connect
                                                             : config::request_kind::http;
         const bool method_ok = r.kind == config::request_kind::connect ||
-                               plausible_method(f.method);
+                               config::valid_http_method(f.method);
         if (r.kind == config::request_kind::http) {
             r.method = std::string(f.method);
         }
@@ -387,14 +382,10 @@ void traffic_collector::scan(std::string_view data, traffic_stats& stats) {
         if (at < done) {
             continue;
         }
-        const void* nl = ::memrchr(data.data(), '\n', at);
-        const std::size_t start =
-            nl == nullptr ? 0 : static_cast<std::size_t>(static_cast<const char*>(nl) - data.data()) + 1;
-        const void* e = std::memchr(data.data() + at, '\n', data.size() - at);
-        if (e == nullptr) {
+        const auto [start, end] = line_at(data, at);
+        if (end == std::string_view::npos) {
             break;  // the line being written: not yet a record
         }
-        const auto end = static_cast<std::size_t>(static_cast<const char*>(e) - data.data());
         add_line(data.substr(start, end - start), stats);
         done = end + 1;
     }
@@ -404,7 +395,7 @@ config::seen_traffic traffic_collector::finish() const {
     config::seen_traffic out;
     out.job = q_.job;
     for (const auto& [k, e] : requests_) {
-        if (!e.skip && e.request.count > 0) {
+        if (!e.skip) {
             out.requests.push_back(e.request);
         }
     }
