@@ -375,7 +375,11 @@ firewall_result make_firewall(const firewall_spec& s) {
         o += "\tchain sandbox_to_cordon {\n";
         if (!s.kill) {
             o += allow_listeners(s);
-            o += "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n"
+            // Hop limit 255: neighbour discovery on the link itself (RFC 4861). Forwarded
+            // packets have theirs lowered before this hook, so a solicitation addressed
+            // anywhere beyond this host (a raw socket's way out past cordon) is refused.
+            o += "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
+                 "accept\n"
                  "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n";
         }
         o += "\t\tjump refuse\n\t}\n\n";

@@ -324,7 +324,8 @@ class FirewallNamespaceTest(unittest.TestCase):
 
         # Kill: nothing from the sandbox passes, cordon included; cordon itself is fine.
         listed = self.firewall("--kill")
-        self.assertIn("drop", listed)
+        self.assertRegex(listed, r"chain refuse \{\s*drop\s*\}")
+        self.assertNotIn("reject", listed)
         self.assertNotEqual(self.http_via_cordon(max_time="2").returncode, 0)
         r = peer(NS_SBX, "connect", RTR4_S, "3128", self.auth, f"{NET4}:7000")
         self.assertIn(r["result"], ("timeout", "error"), r)

@@ -56,7 +56,8 @@ TEST_CASE("firewall: sandbox networks reach only the proxy and DNS", "[shim][fir
           "\t\tip daddr 172.30.0.2 tcp dport 3128 accept comment \"cordon proxy\"\n"
           "\t\tip daddr 172.30.0.2 udp dport 53 accept comment \"cordon dns\"\n"
           "\t\tip daddr 172.30.0.2 tcp dport 53 accept comment \"cordon dns\"\n"
-          "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n"
+          "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
+          "accept\n"
           "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n"
           "\t\tjump refuse");
     // cordon's address is in the sandbox network: its replies (conntrack) pass, first.
