@@ -61,11 +61,12 @@ bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_
 void runtime::denied(const denial& d) {
     // Observers (metrics, the denial table, the webhook) join here. A target is host:port
     // or a name, except where a request is refused before its target is parsed (kill
-    // switch, credentials, audit failure): then it is the request's URL, whose userinfo,
-    // query secrets and token shapes never reach the table or the webhook.
+    // switch, credentials, audit failure): then it is the request-target as sent (absolute,
+    // origin or authority form), whose userinfo, query secrets and token shapes never reach
+    // the table or the webhook. Anything but a plain host[:port] is redacted.
     std::string cleaned;
     std::string_view target = d.target;
-    if (target.find("://") != std::string_view::npos) {
+    if (target.find_first_of("/?@;#") != std::string_view::npos) {
         cleaned = redact_text(redact_url(target));
         target = cleaned;
     }

@@ -390,6 +390,16 @@ class NetworkKillAPITests(KillCase):
         c.send(http_get(f"http://user:pw-{secret}@localhost:{HTTP.port}/x?token={secret}"))
         self.assertDenied(c.read_response(5), 403, "kill_switch")
         c.close()
+        # The same for an origin-form target and an authority-form one with userinfo, which
+        # are refused there too (no "://" to recognise them by).
+        for raw_request in (f"GET /y?api_key={secret} HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                            f"CONNECT u:{secret}@localhost:443 HTTP/1.1\r\n"
+                            f"Host: localhost:443\r\n\r\n"):
+            c = self.conn()
+            c.send(raw_request.encode())
+            method = raw_request.split(" ", 1)[0]
+            self.assertEqual(c.read_response(5, method=method).status, 403)
+            c.close()
         _, _, raw = self.cordon.admin_raw("GET", "/v1/denials")
         self.assertIn(b"localhost", raw)
         self.assertNotIn(secret.encode(), raw)
