@@ -71,7 +71,9 @@ public:
     void give(int (&fds)[2]);
 
 private:
-    static constexpr std::size_t max_spare = 64;
+    // Few: each spare 1 MiB pipe stays charged to the user's pipe-user-pages-soft (64 MiB by
+    // default), past which the kernel hands out 2-page pipes and splice slows for everyone.
+    static constexpr std::size_t max_spare = 8;
     std::vector<std::array<int, 2>> spare_;
 };
 
