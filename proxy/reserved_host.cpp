@@ -1,5 +1,6 @@
 #include "proxy/reserved_host.hpp"
 
+#include "config/json_string.hpp"
 #include "proxy/responses.hpp"
 #include "proxy/target.hpp"
 #include "proxy/tool_event.hpp"
@@ -25,7 +26,10 @@ std::string json_reply(int status, std::string_view body_json, bool keep_alive) 
 }
 
 std::string error_body(std::string_view message) {
-    return "{\"error\":\"" + json_escape(message) + "\"}";
+    std::string body = "{\"error\":";
+    config::append_json_string_ascii(body, message);
+    body += '}';
+    return body;
 }
 
 }  // namespace

@@ -6,14 +6,6 @@
 
 namespace cordon::proxy {
 
-std::string json_escape(std::string_view s) {
-    std::string out;
-    config::append_json_string_ascii(out, s);
-    out.pop_back();  // the quotes: callers add their own
-    out.erase(0, 1);
-    return out;
-}
-
 std::string_view status_text(int status) {
     switch (status) {
         case 200: return "OK";
@@ -73,16 +65,26 @@ std::string_view explain(config::deny_reason r) {
 
 std::string deny_response(int status, std::string_view reason, std::string_view job,
                           std::string_view target, std::string_view message) {
-    std::string body = "{\"error\":\"" + std::string(status == 407 ? "proxy_auth_required"
-                                                     : status >= 500 ? "upstream_error"
-                                                                     : "denied") +
-                       "\"";
+    // Printable ASCII (config::append_json_string_ascii): the body reads the same whatever
+    // terminal or log it ends up in.
+    std::string body = "{\"error\":\"";
+    body += status == 407 ? "proxy_auth_required" : status >= 500 ? "upstream_error" : "denied";
+    body += '"';
     if (!reason.empty()) {
-        body += ",\"reason\":\"" + json_escape(reason) + "\"";
+        body += ",\"reason\":";
+        config::append_json_string_ascii(body, reason);
     }
-    body += ",\"job\":" + (job.empty() ? std::string("null") : "\"" + json_escape(job) + "\"");
-    body += ",\"target\":\"" + json_escape(target) + "\"";
-    body += ",\"message\":\"" + json_escape(message) + "\"}\n";
+    body += ",\"job\":";
+    if (job.empty()) {
+        body += "null";
+    } else {
+        config::append_json_string_ascii(body, job);
+    }
+    body += ",\"target\":";
+    config::append_json_string_ascii(body, target);
+    body += ",\"message\":";
+    config::append_json_string_ascii(body, message);
+    body += "}\n";
 
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " +
                       std::string(status_text(status)) + "\r\n";

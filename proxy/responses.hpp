@@ -14,11 +14,6 @@ namespace cordon::proxy {
 std::string deny_response(int status, std::string_view reason, std::string_view job,
                           std::string_view target, std::string_view message);
 
-/// `s` as the inside of a JSON string, in printable ASCII (config::append_json_string_ascii:
-/// valid UTF-8 as \uXXXX, invalid bytes as \ufffd), without the quotes. Also used by the
-/// admin API and the reserved host for their error bodies.
-std::string json_escape(std::string_view s);
-
 /// The standard reason phrase of a status code cordon sends.
 std::string_view status_text(int status);
 

@@ -7,8 +7,11 @@
 
 #include <random>
 #include <string>
+#include <utility>
 
 namespace {
+
+using namespace std::string_literals;
 
 std::string quoted(std::string_view s, bool ascii) {
     std::string out;
@@ -65,4 +68,58 @@ TEST_CASE("json_string: code points in the ASCII form", "[json_string]") {
     CHECK(quoted("\xf4\x90\x80\x80", true) == "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // too high
     CHECK(quoted("\xe2\x80\xa9", true) == "\"\\u2029\"");
     CHECK(decoded(quoted("\xf0\x9f\x98\x80", true)) == "\xf0\x9f\x98\x80");
+}
+
+TEST_CASE("json_string: single characters in the ASCII form", "[json_string]") {
+    const auto c = GENERATE(values<std::pair<std::string, std::string>>({
+        {"", ""},
+        {"plain text", "plain text"},
+        {"/", "/"},
+        {"'", "'"},
+        {"\"", "\\\""},
+        {"\\", "\\\\"},
+        {"\n", "\\n"},
+        {"\r", "\\r"},
+        {"\t", "\\t"},
+        {"\0"s, "\\u0000"},
+        {"\x01", "\\u0001"},
+        {"\b", "\\b"},
+        {"\f", "\\f"},
+        {"\x1b", "\\u001b"},
+        {"\x1f", "\\u001f"},
+        {" ", " "},
+        {"~", "~"},
+        {"\x7f", "\\u007f"},
+        {"\x80", "\\ufffd"},                    // a stray continuation byte
+        {"\xff", "\\ufffd"},
+        {"\xc3", "\\ufffd"},                    // truncated
+        {"\xc0\xaf", "\\ufffd\\ufffd"},          // overlong '/'
+        {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"},  // a surrogate
+        {"\xc3\xa9", "\\u00e9"},                // é
+        {"\xe2\x82\xac", "\\u20ac"},            // €
+        {"\xf0\x9f\x98\x80", "\\ud83d\\ude00"},  // U+1F600: a surrogate pair
+        {"a\"b\\c\nd", "a\\\"b\\\\c\\nd"},
+        {"\xe2\x80\xa8", "\\u2028"},
+    }));
+    INFO(c.first);
+    CHECK(quoted(c.first, true) == "\"" + c.second + "\"");
+}
+
+TEST_CASE("json_string: the ASCII form of every byte is printable and parses back",
+          "[json_string]") {
+    std::string in;
+    for (int b = 0; b < 256; ++b) {
+        in += static_cast<char>(b);
+    }
+    in += "\xc3\xa9 \xf0\x9f\x98\x80 \xed\xa0\x80 \xc0\xaf";
+    const std::string out = quoted(in, true);
+    for (const char c : out) {
+        const auto u = static_cast<unsigned char>(c);
+        INFO(static_cast<unsigned>(u));
+        REQUIRE(u >= 0x20);
+        REQUIRE(u < 0x7f);
+    }
+    const std::string back = decoded(out);
+    CHECK(back == decoded(quoted(in, false)));
+    CHECK(back.find("\xc3\xa9 \xf0\x9f\x98\x80 ") != std::string::npos);  // valid UTF-8 kept
 }

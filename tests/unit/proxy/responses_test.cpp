@@ -82,8 +82,9 @@ std::string string_field(const json::object& o, std::string_view key) {
     return std::string(v->as_string());
 }
 
-// What a JSON reader gets back from json_escape(s): the same as from the audit log's escaper
-// (raw UTF-8 out), i.e. s with each invalid UTF-8 subsequence replaced by U+FFFD.
+// What a JSON reader gets back from a deny body's string s (escaped in the ASCII form): the
+// same as from the audit log's escaper (raw UTF-8 out), i.e. s with each invalid UTF-8
+// subsequence replaced by U+FFFD.
 std::string as_decoded(std::string_view s) {
     std::string quoted;
     cordon::config::append_json_string(quoted, s);
@@ -147,59 +148,6 @@ TEST_CASE("responses: explain has a distinct sentence for every deny reason", "[
     CHECK(explain(deny_reason::auth).find("SESSION:TOKEN") != std::string_view::npos);
     // A value past the last reason (e.g. from a newer peer) still gets a sentence.
     CHECK(explain(static_cast<deny_reason>(200)) == "denied");
-}
-
-TEST_CASE("responses: json_escape of single characters", "[responses]") {
-    const auto c = GENERATE(values<std::pair<std::string, std::string>>({
-        {"", ""},
-        {"plain text", "plain text"},
-        {"/", "/"},
-        {"'", "'"},
-        {"\"", "\\\""},
-        {"\\", "\\\\"},
-        {"\n", "\\n"},
-        {"\r", "\\r"},
-        {"\t", "\\t"},
-        {"\0"s, "\\u0000"},
-        {"\x01", "\\u0001"},
-        {"\b", "\\b"},
-        {"\f", "\\f"},
-        {"\x1b", "\\u001b"},
-        {"\x1f", "\\u001f"},
-        {" ", " "},
-        {"~", "~"},
-        {"\x7f", "\\u007f"},
-        {"\x80", "\\ufffd"},                    // a stray continuation byte
-        {"\xff", "\\ufffd"},
-        {"\xc3", "\\ufffd"},                    // truncated
-        {"\xc0\xaf", "\\ufffd\\ufffd"},          // overlong '/'
-        {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"},  // a surrogate
-        {"\xc3\xa9", "\\u00e9"},                // é
-        {"\xe2\x82\xac", "\\u20ac"},            // €
-        {"\xf0\x9f\x98\x80", "\\ud83d\\ude00"},  // U+1F600: a surrogate pair
-        {"a\"b\\c\nd", "a\\\"b\\\\c\\nd"},
-        {"\xe2\x80\xa8", "\\u2028"},
-    }));
-    INFO(c.first);
-    CHECK(json_escape(c.first) == c.second);
-}
-
-TEST_CASE("responses: json_escape output is printable ASCII and parses back", "[responses]") {
-    const std::string in = all_bytes() + "\xc3\xa9 \xf0\x9f\x98\x80 \xed\xa0\x80 \xc0\xaf";
-    const std::string out = json_escape(in);
-    for (const char c : out) {
-        const auto u = static_cast<unsigned char>(c);
-        INFO(static_cast<unsigned>(u));
-        REQUIRE(u >= 0x20);
-        REQUIRE(u < 0x7f);
-    }
-    boost::system::error_code ec;
-    const json::value v = json::parse("\"" + out + "\"", ec);
-    REQUIRE_FALSE(ec);
-    REQUIRE(v.is_string());
-    const std::string back(v.as_string());
-    CHECK(back == as_decoded(in));
-    CHECK(back.find("\xc3\xa9 \xf0\x9f\x98\x80 ") != std::string::npos);  // valid UTF-8 kept
 }
 
 TEST_CASE("responses: deny_response framing and body", "[responses]") {
@@ -297,4 +245,33 @@ TEST_CASE("responses: the body stays valid JSON for hostile targets", "[response
     CHECK(string_field(o, "target") == as_decoded(target));
     CHECK(string_field(o, "message") == "msg with \\ and \"\x01\xef\xbf\xbd");
     CHECK_FALSE(o.contains("injected"));
+}
+
+TEST_CASE("responses: deny_response bytes pinned for quotes and UTF-8", "[responses]") {
+    // Byte for byte: the answer an agent gets must not drift when its escaping is reworked.
+    const std::string body =
+        R"({"error":"denied","reason":"no_rule","job":"job \"\u00e9\"",)"
+        R"("target":"caf\u00e9.example:443","message":"say \"hi\" \ud83d\ude00 \ufffd \\"})"
+        "\n";
+    CHECK(deny_response(403, "no_rule", "job \"\xc3\xa9\"", "caf\xc3\xa9.example:443",
+                        "say \"hi\" \xf0\x9f\x98\x80 \xff \\") ==
+          "HTTP/1.1 403 Forbidden\r\nX-Cordon-Deny: no_rule\r\nContent-Type: "
+          "application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+
+    const std::string auth_body =
+        R"({"error":"proxy_auth_required","reason":"auth","job":null,"target":"\"x\":1",)"
+        R"("message":"\u2028"})"
+        "\n";
+    CHECK(deny_response(407, "auth", "", "\"x\":1", "\xe2\x80\xa8") ==
+          "HTTP/1.1 407 Proxy Authentication Required\r\nX-Cordon-Deny: auth\r\n"
+          "Proxy-Authenticate: Basic realm=\"cordon\"\r\nContent-Type: "
+          "application/json\r\nContent-Length: " +
+              std::to_string(auth_body.size()) + "\r\nConnection: close\r\n\r\n" + auth_body);
+
+    const std::string err_body = R"({"error":"upstream_error","job":"j","target":"t:1","message":""})"
+                                 "\n";
+    CHECK(deny_response(502, "", "j", "t:1", "") ==
+          "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: " +
+              std::to_string(err_body.size()) + "\r\nConnection: close\r\n\r\n" + err_body);
 }
