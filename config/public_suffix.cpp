@@ -3,49 +3,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "config/utf8.hpp"
+
 namespace cordon::config {
 namespace {
-
-// Decodes UTF-8 into code points; false on any invalid sequence.
-bool decode_utf8(std::string_view s, std::vector<std::uint32_t>& out) {
-    for (std::size_t i = 0; i < s.size();) {
-        const auto c = static_cast<unsigned char>(s[i]);
-        std::uint32_t cp = 0;
-        std::size_t n = 0;
-        if (c < 0x80) {
-            cp = c;
-            n = 1;
-        } else if ((c & 0xe0) == 0xc0) {
-            cp = c & 0x1fu;
-            n = 2;
-        } else if ((c & 0xf0) == 0xe0) {
-            cp = c & 0x0fu;
-            n = 3;
-        } else if ((c & 0xf8) == 0xf0) {
-            cp = c & 0x07u;
-            n = 4;
-        } else {
-            return false;
-        }
-        if (i + n > s.size()) {
-            return false;
-        }
-        for (std::size_t k = 1; k < n; ++k) {
-            const auto cc = static_cast<unsigned char>(s[i + k]);
-            if ((cc & 0xc0) != 0x80) {
-                return false;
-            }
-            cp = (cp << 6) | (cc & 0x3fu);
-        }
-        const std::uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-            return false;
-        }
-        out.push_back(cp);
-        i += n;
-    }
-    return true;
-}
 
 // RFC 3492 section 6.1.
 std::uint32_t adapt(std::uint32_t delta, std::uint32_t points, bool first) {
@@ -75,7 +36,7 @@ std::string lower_ascii(std::string_view s) {
 
 std::optional<std::string> to_a_label(std::string_view utf8_label) {
     std::vector<std::uint32_t> cps;
-    if (!decode_utf8(utf8_label, cps)) {
+    if (!utf8::decode(utf8_label, cps)) {
         return std::nullopt;
     }
     std::string out;
