@@ -678,6 +678,16 @@ private:
     // operations keep this connection alive until relay_done has logged its close.
     void start_relay(request_state&& st, relay_hooks hooks) {
         tunnel_st_ = std::move(st);
+        // A tunnel made from an HTTP connection (a 101 upgrade, or CONNECT after forwarded
+        // requests) keeps none of HTTP forwarding's state while it relays: not the 16 KiB
+        // window and heads, not their pinned policy snapshot, not the upstream read buffer.
+        // The rule pointer may belong to that snapshot and is not used from here on.
+        tunnel_st_.decision.rule = nullptr;
+        fwd_.reset();
+        upstream_buffer_.consume(upstream_buffer_.size());
+        upstream_buffer_.shrink_to_fit();
+        upstream_key_.clear();
+        upstream_ip_.clear();
         relay_.emplace(w_, client_.socket(), upstream_.socket(), std::move(hooks));
         relay_->start(shared_from_this(), *this);
     }
@@ -802,6 +812,7 @@ private:
     job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
     bool holds_slot_ = false;
     std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
+    std::string upstream_ip_;   // its address, as logged (no getpeername per request)
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
     // What only HTTP forwarding needs, allocated by the first forwarded request and kept
     // for the next ones: a tunnel carries one pointer of it, not buffers.
@@ -821,7 +832,6 @@ private:
         return *fwd_;
     }
     std::unique_ptr<forward_state> fwd_;
-    error_code ignored_;
 };
 
 // Smuggling and framing checks on a parsed request head. Returns why the request is refused
@@ -1093,8 +1103,9 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
             co_return false;
         }
         upstream_key_ = key;
+        upstream_ip_ = st.ip;
     } else {
-        st.ip = upstream_.socket().remote_endpoint(ignored_).address().to_string();
+        st.ip = upstream_ip_;
     }
     if (!session.empty()) {
         usage_ = rt_.usage_for(session);

@@ -910,6 +910,27 @@ class HTTPForwardTests(CordonTestCase):
                          ["websocket"])
         self.assertEqual(H.header_values(rec["headers"], "Proxy-Authorization"), [])
 
+    def test_connect_after_forwarded_request_on_one_connection(self):
+        # The connection forwards a request (and keeps its upstream), then becomes a tunnel
+        # elsewhere: the tunnel relays both ways, and its close names the tunnel's own
+        # target and bytes, not the kept-alive upstream's.
+        m = marker("thenconnect")
+        c = self.conn()
+        c.send(http_req("GET", f"http://localhost:{HTTP.port}{m}", auth=self.auth))
+        self.assertEqual(c.read_response().status, 200)
+        c.send(H.connect_request(f"raw.test:{ECHO.port}", self.auth))
+        self.assertEqual(c.read_response(method="CONNECT").status, 200)
+        first, bulk = b"after-forward", os.urandom(300 * KiB)
+        self.echo(c, first)
+        self.echo(c, bulk)
+        c.close()
+        n = len(first) + len(bulk)
+        ev = self.session_events("conn.close", method="CONNECT", target=f"raw.test:{ECHO.port}",
+                                 bytes_up=n)
+        self.assertEqual(len(ev), 1, "no close of the tunnel with its own target and bytes")
+        self.assertEqual(ev[0].get("bytes_down"), n, ev[0])
+        self.assertEqual(ev[0].get("reason"), "eof", ev[0])
+
 
 # ======================================================================================
 # Request smuggling and malformed requests
