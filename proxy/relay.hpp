@@ -1,6 +1,6 @@
 #pragma once
-// The byte relay of a tunnel: two directions pumped at once, half-close passed on, an idle
-// watchdog, and per-direction accounting. Internal to proxy/ (Asio).
+// The byte relay of a tunnel: two directions pumped at once, half-close passed on, idleness
+// noted for the worker's sweep, and per-direction accounting. Internal to proxy/ (Asio).
 //
 // Callbacks, not coroutines: an established tunnel may sit idle for minutes, and a suspended
 // coroutine chain costs kilobytes of frames per tunnel. An idle tunnel_relay holds its two
@@ -31,7 +31,7 @@ struct relay_hooks {
 struct relay_result {
     std::uint64_t bytes_up = 0;
     std::uint64_t bytes_down = 0;
-    bool idle = false;           ///< ended by the idle watchdog
+    bool idle = false;           ///< ended by the worker's idle sweep
     bool budget = false;         ///< ended because allow_up refused bytes
     error_code error;            ///< first unexpected error, if any
 };
@@ -58,8 +58,9 @@ public:
     tunnel_relay& operator=(const tunnel_relay&) = delete;
     ~tunnel_relay();
 
-    /// Starts both directions and the watchdog. Every pending operation holds a copy of
-    /// `keep`; `owner.relay_done` is called once, when both directions have ended.
+    /// Starts both directions and joins the worker's idle sweep. Every pending operation
+    /// holds a copy of `keep`; `owner.relay_done` is called once, when both directions
+    /// have ended.
     void start(const std::shared_ptr<void>& keep, relay_owner& owner);
 
 private:
