@@ -140,4 +140,20 @@ host_pattern_result parse_host_pattern(std::string_view text) {
     return r;
 }
 
+std::string host_port(std::string_view host, std::uint16_t port) {
+    const bool brackets = host.find(':') != std::string_view::npos;
+    std::string out;
+    out.reserve(host.size() + 8);
+    if (brackets) {
+        out += '[';
+    }
+    out += host;
+    if (brackets) {
+        out += ']';
+    }
+    out += ':';
+    out += std::to_string(port);
+    return out;
+}
+
 }  // namespace cordon::config

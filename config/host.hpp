@@ -2,6 +2,7 @@
 // DNS host names as clients send them and as job cards name them: normalisation, wildcard
 // patterns and matching. Pure.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,11 @@ struct host_result {
     std::string error;  ///< empty on success
     bool ok() const noexcept { return error.empty(); }
 };
+
+/// "host:port" as a CONNECT target or URL authority: a host with a ':' in it (an IPv6
+/// literal, written without brackets) in brackets, "[2001:db8::1]:443"; a name or an IPv4
+/// address as it is, "example.com:443". The one place cordon joins the two.
+std::string host_port(std::string_view host, std::uint16_t port);
 
 /// Normalises a DNS name: lower-cases ASCII, strips one trailing dot, and refuses empty
 /// labels, labels over 63 characters or starting or ending with '-', names over 253

@@ -48,10 +48,7 @@ std::string egress_rule::describe() const {
 }
 
 std::string endpoint::to_string() const {
-    if (address.is_v6()) {
-        return "[" + address.to_string() + "]:" + std::to_string(port);
-    }
-    return address.to_string() + ":" + std::to_string(port);
+    return host_port(address.to_string(), port);
 }
 
 endpoint_result parse_endpoint(std::string_view text) {

@@ -6,16 +6,12 @@
 #include <map>
 #include <tuple>
 
+#include "config/host.hpp"
 #include "config/json_string.hpp"
 #include "config/suggest.hpp"
 
 namespace cordon::config {
 namespace {
-
-std::string target_of(const seen_request& r) {
-    const bool v6 = r.host.find(':') != std::string::npos;
-    return (v6 ? "[" + r.host + "]" : r.host) + ":" + std::to_string(r.port);
-}
 
 std::string_view outcome_name(seen_outcome o) {
     switch (o) {
@@ -155,7 +151,7 @@ replay_result replay(const seen_traffic& seen, const compiled_policy& p) {
             }
         }
         const bool was_allowed = r.outcome == seen_outcome::allowed;
-        const std::string target = target_of(r);
+        const std::string target = host_port(r.host, r.port);
         if (!undetermined && d.allowed() == was_allowed) {
             (was_allowed ? out.same_allowed : out.same_denied) += r.count;
             (was_allowed ? same_allowed : same_denied)[target] = true;

@@ -239,9 +239,7 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
     std::map<std::pair<std::string, std::string>, seen_counts> left;
     std::set<std::string> requested;
     const auto leave_out = [&left](const seen_request& r, std::string_view why) {
-        const std::string host = r.host.find(':') != std::string::npos ? "[" + r.host + "]"
-                                                                        : r.host;
-        left[{host + ":" + std::to_string(r.port), std::string(why)}].add(r.outcome, r.count);
+        left[{host_port(r.host, r.port), std::string(why)}].add(r.outcome, r.count);
     };
     for (const seen_request& r : seen.requests) {
         s.counts.add(r.outcome, r.count);

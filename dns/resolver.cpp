@@ -89,8 +89,7 @@ std::vector<config::ip_address> addresses_of(const ares_addrinfo* res) {
 
 // "192.0.2.1:53" or "[2001:db8::1]:53", as ares_set_servers_ports_csv reads them.
 std::string csv_entry(const config::ip_address& a, std::uint16_t port) {
-    const std::string p = std::to_string(port == 0 ? 53 : port);
-    return a.is_v4() ? a.to_string() + ":" + p : "[" + a.to_string() + "]:" + p;
+    return config::host_port(a.to_string(), port == 0 ? 53 : port);
 }
 
 struct addrinfo_deleter {

@@ -143,3 +143,14 @@ TEST_CASE("host patterns: matching", "[host]") {
     CHECK_FALSE(exact.matches("a.example.com"));
     CHECK_FALSE(exact.matches("example.co"));
 }
+
+TEST_CASE("host_port: IPv6 literals in brackets, names and IPv4 as they are", "[host]") {
+    using cordon::config::host_port;
+    CHECK(host_port("example.com", 443) == "example.com:443");
+    CHECK(host_port("192.0.2.1", 22) == "192.0.2.1:22");
+    CHECK(host_port("2001:db8::1", 443) == "[2001:db8::1]:443");
+    CHECK(host_port("::1", 0) == "[::1]:0");
+    CHECK(host_port("::ffff:192.0.2.1", 65535) == "[::ffff:192.0.2.1]:65535");
+    CHECK(host_port("fe80::1%eth0", 80) == "[fe80::1%eth0]:80");
+    CHECK(host_port("", 1) == ":1");
+}

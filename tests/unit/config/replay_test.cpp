@@ -155,3 +155,20 @@ TEST_CASE("replay: a non-public IP literal its cidr rule allows stays allowed", 
     REQUIRE(gone.newly_denied.size() == 1);
     CHECK(gone.newly_denied[0].count == 3);
 }
+
+TEST_CASE("replay: an IPv6 literal's target is written in brackets", "[replay]") {
+    seen_traffic t;
+    t.job = "agent";
+    seen_request r = req("2001:db8::1", 443, seen_outcome::allowed, 2);
+    r.ip_literal = true;
+    t.requests = {r};
+    const auto p = policy_of("      - { cidr: 2001:db8::/48, ports: [443], protocol: tcp }\n");
+    const replay_result kept = replay(t, *p);
+    CHECK(kept.same_allowed == 2);
+    const auto other = policy_of("      - { cidr: 192.0.2.0/24, ports: [443], protocol: tcp }\n");
+    const replay_result gone = replay(t, *other);
+    REQUIRE(gone.newly_denied.size() == 1);
+    CHECK(gone.newly_denied[0].target == "[2001:db8::1]:443");
+    CHECK(render_json(gone, "new.yaml").find("\"target\":\"[2001:db8::1]:443\"") !=
+          std::string::npos);
+}

@@ -214,6 +214,7 @@ TEST_CASE("suggest: IP literals, non-public space, the reserved name", "[suggest
                   req("2606:4700::1111", 443, seen_outcome::denied, 1),
                   http("1.1.1.1", 80, "GET"),
                   req("10.0.0.5", 5432, seen_outcome::denied, 4),       // left out
+                  req("fd00::5", 5432, seen_outcome::denied, 2),        // left out
                   req("10.1.0.9", 5432, seen_outcome::allowed, 6),      // a cidr rule opened it
                   req("cordon.events", 80, seen_outcome::denied, 1),    // left out
                   req("intranet.example.com", 443, seen_outcome::denied, 3)};
@@ -227,12 +228,14 @@ TEST_CASE("suggest: IP literals, non-public space, the reserved name", "[suggest
     CHECK(find_rule(s, "8.8.8.8/32")->proto == protocol::tcp);
     CHECK(find_rule(s, "1.1.1.1/32")->proto == protocol::http);
     CHECK(find_rule(s, "wiki.example.net")->resolves_to == std::vector<std::string>{"10.20.0.5/32"});
-    REQUIRE(s.left_out.size() == 3);
+    REQUIRE(s.left_out.size() == 4);
     CHECK(s.left_out[0].target == "10.0.0.5:5432");
     CHECK(s.left_out[0].why.find("non-public address") != std::string::npos);
-    CHECK(s.left_out[1].target == "cordon.events:80");
-    CHECK(s.left_out[2].target == "intranet.example.com:443");
-    CHECK(s.left_out[2].why.find("resolved to a non-public address") != std::string::npos);
+    CHECK(s.left_out[1].target == "[fd00::5]:5432");  // an IPv6 literal in brackets
+    CHECK(s.left_out[1].why.find("non-public address") != std::string::npos);
+    CHECK(s.left_out[2].target == "cordon.events:80");
+    CHECK(s.left_out[3].target == "intranet.example.com:443");
+    CHECK(s.left_out[3].why.find("resolved to a non-public address") != std::string::npos);
     const std::string yaml = render_yaml(s);
     CHECK(yaml.find("cidr: \"2606:4700::1111/128\", ports: [443], protocol: tcp") !=
           std::string::npos);
