@@ -100,23 +100,16 @@ int audit(args in) {
     if (dir && config_file) {
         return fail_usage("--audit and --config are alternatives");
     }
-    const auto now = proxy::wall_clock::now();
+    std::string window_error;
+    const auto window = proxy::parse_time_window(since_text, until_text,
+                                                 proxy::wall_clock::now(), window_error);
+    if (!window) {
+        return fail_usage(window_error);
+    }
     proxy::timeline_query q;
     q.session = *session;
-    if (since_text) {
-        q.since = proxy::parse_time_arg(*since_text, now);
-        if (!q.since) {
-            return fail_usage("--since: '" + std::string(*since_text) +
-                              "' is neither RFC 3339 nor a duration like 2h");
-        }
-    }
-    if (until_text) {
-        q.until = proxy::parse_time_arg(*until_text, now);
-        if (!q.until) {
-            return fail_usage("--until: '" + std::string(*until_text) +
-                              "' is neither RFC 3339 nor a duration like 2h");
-        }
-    }
+    q.since = window->since;
+    q.until = window->until;
     if (config_file) {
         const config::load_result r = config::load_policy_file(*config_file);
         if (!r.ok()) {

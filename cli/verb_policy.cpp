@@ -17,7 +17,7 @@
 #include "config/public_suffix.hpp"
 #include "config/replay.hpp"
 #include "config/suggest.hpp"
-#include "proxy/audit_timeline.hpp"  // parse_time_arg, human_bytes
+#include "proxy/audit_timeline.hpp"  // parse_time_window, human_bytes
 #include "proxy/audit_traffic.hpp"
 
 namespace cordon::cli {
@@ -151,21 +151,14 @@ std::optional<int> parse(args in, options& o) {
 }
 
 std::optional<int> time_window(const options& o, proxy::traffic_query& q) {
-    const auto now = proxy::wall_clock::now();
-    if (o.since_text) {
-        q.since = proxy::parse_time_arg(*o.since_text, now);
-        if (!q.since) {
-            return fail_usage("--since: '" + std::string(*o.since_text) +
-                              "' is neither RFC 3339 nor a duration like 2h");
-        }
+    std::string error;
+    const auto window =
+        proxy::parse_time_window(o.since_text, o.until_text, proxy::wall_clock::now(), error);
+    if (!window) {
+        return fail_usage(error);
     }
-    if (o.until_text) {
-        q.until = proxy::parse_time_arg(*o.until_text, now);
-        if (!q.until) {
-            return fail_usage("--until: '" + std::string(*o.until_text) +
-                              "' is neither RFC 3339 nor a duration like 2h");
-        }
-    }
+    q.since = window->since;
+    q.until = window->until;
     return std::nullopt;
 }
 

@@ -285,6 +285,25 @@ std::optional<wall_clock::time_point> parse_time_arg(std::string_view text,
     return now - std::chrono::duration_cast<wall_clock::duration>(*d);
 }
 
+std::optional<time_window> parse_time_window(std::optional<std::string_view> since_text,
+                                             std::optional<std::string_view> until_text,
+                                             wall_clock::time_point now, std::string& error) {
+    const auto read = [&](std::string_view flag, std::optional<std::string_view> text,
+                          std::optional<wall_clock::time_point>& out) {
+        if (text && !(out = parse_time_arg(*text, now))) {
+            error = std::string(flag) + ": '" + std::string(*text) +
+                    "' is neither RFC 3339 nor a duration like 2h";
+            return false;
+        }
+        return true;
+    };
+    time_window w;
+    if (!read("--since", since_text, w.since) || !read("--until", until_text, w.until)) {
+        return std::nullopt;
+    }
+    return w;
+}
+
 void find_needles(std::string_view data, const std::vector<std::string>& needles,
                   std::vector<std::size_t>& hits) {
     const char* const p = data.data();

@@ -22,6 +22,19 @@ namespace cordon::proxy {
 std::optional<wall_clock::time_point> parse_time_arg(std::string_view text,
                                                      wall_clock::time_point now);
 
+/// The --since / --until window of a verb that reads the audit files (audit timeline,
+/// policy suggest and replay).
+struct time_window {
+    std::optional<wall_clock::time_point> since;
+    std::optional<wall_clock::time_point> until;
+};
+
+/// Reads each text given with parse_time_arg. nullopt when one is neither: `error` then names
+/// the flag and the text ("--since: 'x' is neither RFC 3339 nor a duration like 2h").
+std::optional<time_window> parse_time_window(std::optional<std::string_view> since_text,
+                                             std::optional<std::string_view> until_text,
+                                             wall_clock::time_point now, std::string& error);
+
 /// What to look for.
 struct timeline_query {
     std::string session;

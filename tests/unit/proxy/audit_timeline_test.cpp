@@ -259,3 +259,30 @@ TEST_CASE("timeline: find_needles finds what a naive search finds", "[timeline]"
         CHECK(got == want);
     }
 }
+
+TEST_CASE("timeline: the --since/--until window of the audit verbs", "[timeline]") {
+    const auto now = utc(2026y / 11 / 29, 12h);
+    std::string error;
+    const auto both = parse_time_window("2h", "2026-11-29T11:30:00Z", now, error);
+    REQUIRE(both);
+    CHECK(both->since == now - 2h);
+    CHECK(both->until == utc(2026y / 11 / 29, 11h + 30min));
+    CHECK(error.empty());
+
+    const auto none = parse_time_window(std::nullopt, std::nullopt, now, error);
+    REQUIRE(none);
+    CHECK_FALSE(none->since);
+    CHECK_FALSE(none->until);
+    const auto until_only = parse_time_window(std::nullopt, "30m", now, error);
+    REQUIRE(until_only);
+    CHECK_FALSE(until_only->since);
+    CHECK(until_only->until == now - 30min);
+
+    // The usage errors the verbs print, word for word; --since is read first.
+    CHECK_FALSE(parse_time_window("yesterday", "2h", now, error));
+    CHECK(error == "--since: 'yesterday' is neither RFC 3339 nor a duration like 2h");
+    CHECK_FALSE(parse_time_window("2h", "", now, error));
+    CHECK(error == "--until: '' is neither RFC 3339 nor a duration like 2h");
+    CHECK_FALSE(parse_time_window("x", "y", now, error));
+    CHECK(error == "--since: 'x' is neither RFC 3339 nor a duration like 2h");
+}
