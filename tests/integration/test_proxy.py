@@ -115,12 +115,14 @@ class CordonTestCase(unittest.TestCase):
     proxy_opts = {"header_timeout": "5s", "idle_timeout": "60s", "handshake_timeout": "5s",
                   "connect_timeout": "5s", "max_header_bytes": "8KiB"}
     start_cordon = True
+    extra_web_rules = ""  # egress rules added to the web job (a subclass's own origins)
 
     @classmethod
     def setUpClass(cls):
         if not cls.start_cordon:
             return
-        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, cls.proxy_opts)
+        cls.cordon = H.Cordon(jobs_yaml(extra_web_rules=cls.extra_web_rules), DNS.port,
+                              cls.proxy_opts)
         try:
             cls.cordon.start()
         except BaseException:
@@ -1000,20 +1002,10 @@ class ForwardedResponseTests(CordonTestCase):
             "/interim": (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: X-I\r\n"
                          b"X-I: 1\r\n\r\nHTTP/1.1 204 No Content\r\nX-Final: 1\r\n\r\n", False),
         })
-        rule = (f"      - {{ host: localhost, ports: [{cls.origin.port}], protocol: http, "
-                f"resolves_to: [127.0.0.0/8] }}\n")
-        cls.cordon = H.Cordon(jobs_yaml(extra_web_rules=rule), DNS.port, cls.proxy_opts)
-        try:
-            cls.cordon.start()
-        except BaseException:
-            cls.cordon.cleanup()
-            cls.origin.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        super().tearDownClass()
-        cls.origin.stop()
+        cls.addClassCleanup(cls.origin.stop)  # after tearDownClass, or a failed setUpClass
+        cls.extra_web_rules = (f"      - {{ host: localhost, ports: [{cls.origin.port}], "
+                               f"protocol: http, resolves_to: [127.0.0.0/8] }}\n")
+        super().setUpClass()
 
     def url(self, path):
         return f"http://localhost:{self.origin.port}{path}"
