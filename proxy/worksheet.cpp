@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "config/classify.hpp"
 #include "config/http_url.hpp"
 #include "config/units.hpp"
 
@@ -42,6 +43,39 @@ std::string ms_text(double ms) {
 
 check tick(std::string key, std::string text, bool ticked, std::string why) {
     return check{std::move(key), std::move(text), ticked, std::move(why)};
+}
+
+// Where this job may reach non-public space (decide.cpp, check_addresses): each host rule's
+// resolves_to, for the addresses its name resolves to; and each cidr rule inside one
+// non-public range, for IP literals in it (a wider cidr rule, e.g. 0.0.0.0/0, opens none).
+// Everything else non-public is refused in every mode; cordon's own listeners always.
+std::string private_address_why(const config::job& j) {
+    strings open;
+    for (const auto& r : j.egress) {
+        if (r.host && !r.resolves_to.empty()) {
+            strings nets;
+            for (const auto& c : r.resolves_to) {
+                nets.push_back(c.to_string());
+            }
+            open.push_back(r.describe() + " may resolve into " + join(nets, ", "));
+        } else if (r.net) {
+            const config::classification c = config::classify(r.net->network);
+            if (!c.is_public() && c.range.contains(*r.net)) {
+                open.push_back(r.describe() + " (a cidr rule inside the " +
+                               std::string(config::to_string(c.cls)) + " range " +
+                               c.range.to_string() + ")");
+            }
+        }
+    }
+    std::string why =
+        "loopback, private, link-local, metadata, CGNAT and their IPv6 forms are refused with "
+        "private_address, in every mode; ";
+    if (open.empty()) {
+        return why + "exceptions: none: this job names no resolves_to (and no cidr rule in "
+                     "non-public space)";
+    }
+    return why + "this job's exceptions: " + join(open, "; ") +
+           " (cordon's own listeners are refused even there)";
 }
 
 section job_card(const config::job& j) {
@@ -112,8 +146,7 @@ section egress(const config::policy& p, const config::job& j) {
     s.checks.push_back(tick("dns_limited", "DNS limited to these names", enforce, dns_why));
     s.checks.push_back(tick("private_addresses",
                             "Non-public addresses refused unless resolves_to names them", true,
-                            "loopback, private, link-local, metadata, CGNAT and their IPv6 forms "
-                            "are refused with private_address, in every mode"));
+                            private_address_why(j)));
     s.checks.push_back(tick("denials_counted", "Denied attempts audited and counted", true,
                             "conn.deny and dns.deny in the audit log; "
                             "cordon_denied_total{job,reason} on /metrics"));

@@ -130,6 +130,11 @@ TEST_CASE("worksheet: boxes follow the policy", "[worksheet]") {
                Catch::Contains("NOT ENFORCED"));
     CHECK_FALSE(find_check(learner, "egress", "dns_limited").ticked);
     CHECK(find_check(learner, "egress", "private_addresses").ticked);  // never relaxed
+    CHECK_THAT(find_check(strict, "egress", "private_addresses").why,
+               Catch::Contains("this job's exceptions: 203.0.113.0/24:22/tcp (a cidr rule "
+                               "inside the documentation range 203.0.113.0/24)"));
+    CHECK_THAT(find_check(learner, "egress", "private_addresses").why,
+               Catch::Contains("exceptions: none: this job names no resolves_to"));
 
     CHECK(find_check(strict, "egress", "webhook").ticked);
     CHECK_FALSE(find_check(strict, "egress", "alert_rules_loaded").ticked);  // cannot know
@@ -147,6 +152,49 @@ TEST_CASE("worksheet: boxes follow the policy", "[worksheet]") {
     CHECK(find_check(strict, "kill_switch", "stop_authority").ticked);
     const auto& ports = find_section(learner, "egress").rows->rows.at(0).at(1);
     CHECK(std::get<std::vector<std::string>>(ports) == std::vector<std::string>{"443", "8443"});
+}
+
+TEST_CASE("worksheet: the private-address box names this job's own exceptions",
+          "[worksheet]") {
+    const config::policy p = load_text(R"yaml(listen: { proxy: 127.0.0.1:3128 }
+jobs:
+  open:
+    task: t
+    mode: report
+    egress:
+      - { host: wiki.corp.example, ports: [80], protocol: http,
+          resolves_to: [10.20.0.0/16, "fd00:20::/32"] }
+      - { host: api.example.com, ports: [443] }
+      - { cidr: 192.168.7.0/24, ports: [5432], protocol: tcp }
+      - { cidr: 0.0.0.0/0, ports: [443], protocol: tcp }
+      - { cidr: 198.51.0.0/16, ports: [22], protocol: tcp }
+  closed:
+    task: t
+    egress:
+      - { host: api.example.com, ports: [443] }
+      - { cidr: 0.0.0.0/0, ports: [443], protocol: tcp }
+)yaml");
+    // Ticked either way: the refusal is unconditional (decide(), check_addresses()).
+    const check& open = find_check(build(p, *p.find_job("open"), std::nullopt, at), "egress",
+                                   "private_addresses");
+    CHECK(open.ticked);
+    CHECK_THAT(open.why, Catch::Contains("in every mode; this job's exceptions: "
+                                         "wiki.corp.example:80/http may resolve into "
+                                         "10.20.0.0/16, fd00:20::/32; "
+                                         "192.168.7.0/24:5432/tcp (a cidr rule inside the "
+                                         "private range 192.168.0.0/16) (cordon's own "
+                                         "listeners are refused even there)"));
+    // A cidr rule wider than one non-public range opens none of it.
+    CHECK_THAT(open.why, !Catch::Contains("0.0.0.0/0"));
+    CHECK_THAT(open.why, !Catch::Contains("198.51.0.0/16"));
+    CHECK_THAT(open.why, !Catch::Contains("api.example.com"));
+
+    const check& closed = find_check(build(p, *p.find_job("closed"), std::nullopt, at),
+                                     "egress", "private_addresses");
+    CHECK(closed.ticked);
+    CHECK_THAT(closed.why, Catch::EndsWith("in every mode; exceptions: none: this job names "
+                                           "no resolves_to (and no cidr rule in non-public "
+                                           "space)"));
 }
 
 TEST_CASE("worksheet: state-dependent boxes need a running cordon", "[worksheet]") {
