@@ -1,6 +1,7 @@
 #include "config/json_string.hpp"
 
 #include <cstdint>
+#include <cstring>
 
 #include "config/utf8.hpp"
 
@@ -16,20 +17,48 @@ void append_u16(std::string& out, unsigned v) {
     }
 }
 
+// Whether any of the 8 bytes in `w` needs more than a copy: a control byte (< 0x20), DEL or
+// a byte >= 0x80, '"' or '\\'. Exact for the word as a whole (no false negative); which
+// byte it is, the byte loop finds.
+constexpr bool word_needs_escape(std::uint64_t w) noexcept {
+    constexpr std::uint64_t ones = 0x0101010101010101ULL;
+    constexpr std::uint64_t highs = 0x8080808080808080ULL;
+    const auto has_zero = [](std::uint64_t x) { return ((x - ones) & ~x & highs) != 0; };
+    const bool high = (w & highs) != 0;
+    const bool control = ((w - ones * 0x20) & ~w & highs) != 0;  // a byte < 0x20 (w < 0x80)
+    return high || control || has_zero(w ^ (ones * '"')) || has_zero(w ^ (ones * '\\')) ||
+           has_zero(w ^ (ones * 0x7f));
+}
+
+// Length of the leading run of bytes that go across as they are (printable ASCII but '"'
+// and '\\'), eight at a time where it can.
+std::size_t plain_run(std::string_view s) noexcept {
+    std::size_t run = 0;
+    while (run + 8 <= s.size()) {
+        std::uint64_t w;
+        std::memcpy(&w, s.data() + run, 8);
+        if (word_needs_escape(w)) {
+            break;
+        }
+        run += 8;
+    }
+    while (run < s.size()) {
+        const auto u = static_cast<unsigned char>(s[run]);
+        if (u < 0x20 || u >= 0x7f || u == '"' || u == '\\') {
+            break;
+        }
+        ++run;
+    }
+    return run;
+}
+
 template <bool Ascii>
 void append_impl(std::string& out, std::string_view s) {
     out.reserve(out.size() + s.size() + 2);
     out.push_back('"');
     while (!s.empty()) {
         // A run of printable ASCII but '"' and '\\' goes across as it is, in one append.
-        std::size_t run = 0;
-        while (run < s.size()) {
-            const auto u = static_cast<unsigned char>(s[run]);
-            if (u < 0x20 || u >= 0x7f || u == '"' || u == '\\') {
-                break;
-            }
-            ++run;
-        }
+        const std::size_t run = plain_run(s);
         if (run > 0) {
             out.append(s.data(), run);
             s.remove_prefix(run);

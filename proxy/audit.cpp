@@ -55,6 +55,59 @@ void truncate_value(std::string& s, std::size_t max) {
 
 std::int64_t day_of(wall_clock::time_point t) { return audit_day_of(t); }
 
+// FNV-1a: short keys, a few instructions a byte.
+std::uint64_t key_hash(std::string_view s) noexcept {
+    std::uint64_t h = 14695981039346656037ULL;
+    for (const char c : s) {
+        h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    }
+    return h;
+}
+
+// What a field name means, derived once per thread: field names are a small fixed set
+// (written in the code), and deriving this per field was most of a record's cost.
+struct key_info {
+    std::string key;
+    std::string prefix;     // `,"key":` as serialised
+    bool secret = false;    // secret_field_name: any value is REDACTED
+    bool url = false;       // url_key: string values go through redact_url first
+    std::uint64_t bit = 0;  // of audit_record::key_bits_
+    bool used = false;
+};
+
+// Per thread, open addressing: a key keeps its slot (two keys of one record never evict
+// each other), a hit costs a hash and a compare or two. The reference is valid until the
+// next call on this thread.
+const key_info& info_of(std::string_view key) {
+    constexpr std::size_t slots = 256;
+    constexpr std::size_t probes = 8;
+    thread_local std::array<key_info, slots> memo;
+    constexpr std::size_t max_key = 64;  // longer keys (from event payloads) are not kept
+    thread_local key_info overflow;       // a key that finds no slot is derived each time
+    const std::uint64_t h = key_hash(key);
+    key_info* free_slot = nullptr;
+    for (std::size_t p = 0; p < probes && key.size() <= max_key; ++p) {
+        key_info& e = memo[(h + p) % slots];
+        if (!e.used) {
+            free_slot = &e;
+            break;
+        }
+        if (e.key == key) {
+            return e;
+        }
+    }
+    key_info& e = free_slot != nullptr ? *free_slot : overflow;
+    e.key.assign(key);
+    e.prefix.assign(",");
+    append_json_string(e.prefix, key);
+    e.prefix.push_back(':');
+    e.secret = secret_field_name(key);
+    e.url = url_key(key);
+    e.bit = std::uint64_t{1} << ((h >> 32) % 64);
+    e.used = true;
+    return e;
+}
+
 std::string errno_text(const char* what, const std::string& path, int err) {
     return std::string("audit: ") + what + " " + path + ": " + std::strerror(err);
 }
@@ -100,10 +153,13 @@ std::size_t audit_record::begin_field(std::string_view key) {
     if (key == "ts" || key == "event") {
         return std::string::npos;
     }
+    const key_info& k = info_of(key);
     const std::size_t at = body_.size();
-    body_.push_back(',');
-    append_json_string(body_, key);
-    body_.push_back(':');
+    body_.append(k.prefix);
+    pending_prefix_ = k.prefix.size();
+    pending_bit_ = k.bit;
+    pending_secret_ = k.secret;
+    pending_url_ = k.url;
     return at;
 }
 
@@ -111,17 +167,14 @@ audit_record& audit_record::end_field(std::size_t at) {
     if (at == std::string::npos) {
         return *this;
     }
-    // The new field's `,"key":` (the key ends at its first unescaped quote, so a field with
-    // the same prefix and a ':' right after it has the same key).
-    std::size_t q = at + 2;  // past `,"`
-    while (body_[q] != '"') {
-        q += body_[q] == '\\' ? 2 : 1;
-    }
-    const std::size_t key_len = q + 1 - at;
-    const std::string_view fresh(body_.data() + at, key_len + 1);
-    for (std::size_t i = 0; i < count_; ++i) {
+    // The new field's `,"key":`, as begin_field wrote it. A key whose bit was clear is new;
+    // otherwise an earlier field with the same prefix has the same key.
+    const std::string_view fresh(body_.data() + at, pending_prefix_);
+    const bool maybe_seen = (key_bits_ & pending_bit_) != 0;
+    key_bits_ |= pending_bit_;
+    for (std::size_t i = 0; maybe_seen && i < count_; ++i) {
         const std::size_t s = start(i);
-        if (std::string_view(body_).substr(s, key_len + 1) != fresh) {
+        if (std::string_view(body_).substr(s, fresh.size()) != fresh) {
             continue;
         }
         const std::size_t end = i + 1 < count_ ? start(i + 1) : at;
@@ -150,30 +203,16 @@ audit_record& audit_record::put(std::string_view key, std::string_view json) {
     return end_field(at);
 }
 
-namespace {
-
-// Field names are a small fixed set (they are written in the code); remember each verdict
-// so a record does not re-derive it per field on the hot path (DNS writes one per query).
-struct key_kind {
-    bool secret = false;
-    bool url = false;
-};
-
-key_kind kind_of_key(std::string_view key) {
-    thread_local std::vector<std::pair<std::string, key_kind>> memo;
-    for (const auto& [k, v] : memo) {
-        if (k == key) {
-            return v;
-        }
+audit_record& audit_record::put_unless_secret(std::string_view key, std::string_view json) {
+    const std::size_t at = begin_field(key);
+    if (at != std::string::npos) {
+        body_.append(pending_secret_ ? redacted_json : json);
     }
-    const key_kind v{secret_field_name(key), url_key(key)};
-    if (memo.size() < 64) {
-        memo.emplace_back(key, v);
-    }
-    return v;
+    return end_field(at);
 }
 
-bool secret_key(std::string_view key) { return kind_of_key(key).secret; }
+namespace {
+
 
 // Short values redaction leaves as they are, per thread (direct-mapped by hash): the same
 // job, client, target, method and address come back on every request of a connection, and
@@ -197,7 +236,9 @@ private:
     static std::size_t index(std::string_view v, bool url) {
         return (std::hash<std::string_view>{}(v) + (url ? 1 : 0)) % slot_count;
     }
-    static constexpr std::size_t slot_count = 64;
+    // Enough for the values of a worker's usual connections (each client's address is one)
+    // without eviction thrashing; values up to 15 bytes live inside their slot.
+    static constexpr std::size_t slot_count = 1024;
     struct entry {
         std::string value;
         bool url = false;
@@ -213,20 +254,20 @@ audit_record& audit_record::add(std::string_view key, std::string_view value) {
     if (at == std::string::npos) {
         return *this;
     }
-    const key_kind k = kind_of_key(key);
-    if (k.secret) {
+    const bool url = pending_url_;
+    if (pending_secret_) {
         append_json_string(body_, value.empty() ? std::string_view{} : redacted);
         return end_field(at);
     }
     thread_local clean_values clean_cache;
     const bool short_value = value.size() <= clean_values::max_value;
-    if (short_value && clean_cache.known(value, k.url)) {
+    if (short_value && clean_cache.known(value, url)) {
         append_json_string(body_, value);
         return end_field(at);
     }
-    std::string clean = k.url ? redact_text(redact_url(value)) : redact_text(value);
+    std::string clean = url ? redact_text(redact_url(value)) : redact_text(value);
     if (short_value && clean == value) {
-        clean_cache.remember(value, k.url);
+        clean_cache.remember(value, url);
     }
     truncate_value(clean, max_string_bytes);
     append_json_string(body_, clean);
@@ -252,41 +293,29 @@ std::string_view integer_text(char (&buf)[32], T value) {
 }  // namespace
 
 audit_record& audit_record::add(std::string_view key, std::int64_t value) {
-    if (secret_key(key)) {
-        return put(key, redacted_json);
-    }
     char buf[32];
-    return put(key, integer_text(buf, value));
+    return put_unless_secret(key, integer_text(buf, value));
 }
 
 audit_record& audit_record::add(std::string_view key, std::uint64_t value) {
-    if (secret_key(key)) {
-        return put(key, redacted_json);
-    }
     char buf[32];
-    return put(key, integer_text(buf, value));
+    return put_unless_secret(key, integer_text(buf, value));
 }
 
 audit_record& audit_record::add(std::string_view key, double value) {
-    if (secret_key(key)) {
-        return put(key, redacted_json);
-    }
     if (!std::isfinite(value)) {
-        return put(key, "null");
+        return put_unless_secret(key, "null");
     }
     char buf[64];
     const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
     if (ec != std::errc{}) {
-        return put(key, "null");  // cannot happen: 64 bytes hold any shortest double
+        return put_unless_secret(key, "null");  // cannot happen: 64 bytes hold any double
     }
-    return put(key, std::string_view(buf, static_cast<std::size_t>(end - buf)));
+    return put_unless_secret(key, std::string_view(buf, static_cast<std::size_t>(end - buf)));
 }
 
 audit_record& audit_record::add(std::string_view key, bool value) {
-    if (secret_key(key)) {
-        return put(key, redacted_json);
-    }
-    return put(key, value ? "true" : "false");
+    return put_unless_secret(key, value ? "true" : "false");
 }
 
 audit_record& audit_record::add_null(std::string_view key) { return put(key, "null"); }

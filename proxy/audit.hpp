@@ -84,6 +84,8 @@ private:
     audit_record& end_field(std::size_t at);
     // Stores `json` (an already serialised JSON value) under `key`.
     audit_record& put(std::string_view key, std::string_view json);
+    // The same, or "REDACTED" when the key looks secret.
+    audit_record& put_unless_secret(std::string_view key, std::string_view json);
 
     std::string event_;
     wall_clock::time_point ts_;
@@ -95,6 +97,14 @@ private:
     static constexpr std::size_t inline_starts = 16;
     std::string body_;  // `,"key":value` for each field, in order
     std::size_t count_ = 0;
+    // One bit per key hash (of 64) for the keys added so far: a key whose bit is clear is
+    // new, and end_field skips the search for an earlier field of the same key.
+    std::uint64_t key_bits_ = 0;
+    // The field begin_field opened: its `,"key":` length, its key's bit and meaning.
+    std::size_t pending_prefix_ = 0;
+    std::uint64_t pending_bit_ = 0;
+    bool pending_secret_ = false;
+    bool pending_url_ = false;
     std::uint32_t starts_[inline_starts] = {};
     std::vector<std::uint32_t> more_starts_;
 };

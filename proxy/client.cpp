@@ -788,8 +788,10 @@ private:
 
     awaitable<void> handle_connect(const std::string& target_text, beast::flat_buffer& buffer);
     awaitable<bool> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
+    // `parsed` is the request's target, parsed (or refused) once by run(); it lives in
+    // run()'s frame for the whole call.
     awaitable<bool> handle_forward(http::request_parser<http::buffer_body>& parser,
-                                   beast::flat_buffer& buffer);
+                                   beast::flat_buffer& buffer, const target_result& parsed);
 
 public:
     std::string client_text_;
@@ -1031,12 +1033,11 @@ awaitable<void> client_conn::handle_connect(const std::string& target_text,
 }
 
 awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_body>& parser,
-                                            beast::flat_buffer& buffer) {
+                                            beast::flat_buffer& buffer, const target_result& parsed) {
     request_state st;
     kind = request_kind::http;
     auto& req = parser.get();
     const std::string_view target_raw(req.target().data(), req.target().size());
-    const target_result parsed = parse_absolute_uri(target_raw);
     if (!parsed.value) {
         co_await deny(400, deny_reason::bad_request, target_raw, parsed.error);
         co_return false;
@@ -1387,19 +1388,26 @@ awaitable<void> client_conn::run() {
         }
         // The reserved name (tool.call events from the sandbox) is answered here, never
         // decided, resolved or forwarded (proxy/reserved_host.cpp).
-        if (targets_reserved_host(req.target(), req.method() == http::verb::connect)) {
+        const bool is_connect = req.method() == http::verb::connect;
+        target_result forward_target;  // parsed once, here and for handle_forward
+        if (!is_connect) {
+            forward_target = parse_absolute_uri(std::string_view(req.target().data(),
+                                                                 req.target().size()));
+        }
+        if (is_connect ? targets_reserved_host(req.target(), true)
+                       : forward_target.value && is_reserved_host(forward_target.value->host)) {
             const reserved_caller who{session, job, token_id, client_text_};
             if (!co_await serve_reserved(rt_, client_, buffer, parser, who)) {
                 co_return;
             }
             continue;
         }
-        if (req.method() == http::verb::connect) {
+        if (is_connect) {
             const std::string connect_target(req.target());
             co_await handle_connect(connect_target, buffer);
             co_return;
         }
-        if (!co_await handle_forward(parser, buffer)) {
+        if (!co_await handle_forward(parser, buffer, forward_target)) {
             co_return;
         }
     }

@@ -200,7 +200,10 @@ bool targets_reserved_host(std::string_view t, bool is_connect) {
     if (!parsed.value) {
         return false;
     }
-    std::string_view host = parsed.value->host;
+    return is_reserved_host(parsed.value->host);
+}
+
+bool is_reserved_host(std::string_view host) {
     if (host.ends_with('.')) {
         host.remove_suffix(1);
     }

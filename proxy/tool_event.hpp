@@ -68,5 +68,7 @@ audit_record tool_call_record(const tool_event& e, const tool_event_source& from
 /// True when a proxied request names the reserved events host: the host of an absolute-form
 /// target or of a CONNECT authority, compared case-insensitively without a trailing dot.
 bool targets_reserved_host(std::string_view target, bool is_connect);
+/// The same test on a host already parsed out of its target.
+bool is_reserved_host(std::string_view host);
 
 }  // namespace cordon::proxy

@@ -123,3 +123,41 @@ TEST_CASE("json_string: the ASCII form of every byte is printable and parses bac
     CHECK(back == decoded(quoted(in, false)));
     CHECK(back.find("\xc3\xa9 \xf0\x9f\x98\x80 ") != std::string::npos);  // valid UTF-8 kept
 }
+
+TEST_CASE("json_string: one special byte anywhere in plain text, word boundaries included",
+          "[json_string]") {
+    // Plain runs are scanned eight bytes at a time: every byte value at every position of a
+    // 21-byte string (words 0-7, 8-15, then the byte-wise tail) is escaped exactly as alone.
+    const auto alone = [](unsigned char b) -> std::string {
+        switch (b) {
+            case '"': return "\\\"";
+            case '\\': return "\\\\";
+            case '\n': return "\\n";
+            case '\r': return "\\r";
+            case '\t': return "\\t";
+            case '\b': return "\\b";
+            case '\f': return "\\f";
+            default: break;
+        }
+        if (b < 0x20 || b == 0x7f) {
+            constexpr char hex[] = "0123456789abcdef";
+            return std::string("\\u00") + hex[b >> 4] + hex[b & 0xf];
+        }
+        if (b >= 0x80) {
+            return "\xef\xbf\xbd";  // a lone byte >= 0x80 is invalid UTF-8: U+FFFD
+        }
+        return std::string(1, static_cast<char>(b));
+    };
+    const std::string plain = "abcdefghijklmnopqrstu";
+    for (int b = 0; b < 256; ++b) {
+        for (std::size_t at = 0; at < plain.size(); ++at) {
+            std::string s = plain;
+            s[at] = static_cast<char>(b);
+            const std::string want = "\"" + plain.substr(0, at) +
+                                     alone(static_cast<unsigned char>(b)) +
+                                     plain.substr(at + 1) + "\"";
+            INFO("byte " << b << " at " << at);
+            REQUIRE(quoted(s, false) == want);
+        }
+    }
+}
