@@ -580,6 +580,7 @@ private:
         const auto timeout = rt_.policy()->source().proxy.connect_timeout;
         error_code last = net::error::host_not_found;
         const auto t0 = steady::now();
+        address.reset();
         for (const auto& a : addresses) {
             if (!closed_by_.empty()) {
                 co_return net::error::operation_aborted;  // killed while resolving
@@ -594,6 +595,7 @@ private:
                 break;  // killed while connecting: never use this upstream
             }
             if (!ec) {
+                address = a;
                 st.ip = a.to_string();
                 st.connect_ms =
                     std::chrono::duration<double, std::milli>(steady::now() - t0).count();
@@ -1107,6 +1109,17 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         upstream_ip_ = st.ip;
     } else {
         st.ip = upstream_ip_;
+        // The kept upstream's address passed the rule of the request that connected it;
+        // this request may match another rule, or come after a reload. (A literal's
+        // address was decided with the request.)
+        if (address && !config::parse_ip(host)) {
+            const config::ip_address one[] = {*address};
+            const config::decision checked = config::check_addresses(st.decision, one);
+            if (!checked.allowed()) {
+                co_await deny(403, checked.reason, st.target_text);
+                co_return false;
+            }
+        }
     }
     if (!session.empty()) {
         usage_ = rt_.usage_for(session);

@@ -185,7 +185,18 @@ awaitable<std::string> runtime::reload(const std::string& by) {
             a.kind = c.kind;
             a.method = c.method;
             // Report mode's would-deny connections stay: the job still lets them through.
-            return !config::decide_with_mode(a, *next).effective.allowed();
+            const config::decision d = config::decide_with_mode(a, *next).effective;
+            if (!d.allowed()) {
+                return true;
+            }
+            // A non-public address stays reachable only while the rule that now matches
+            // still names it in resolves_to (a reload may have narrowed or removed it).
+            // (A literal's address is decided with the request, above.)
+            if (c.address && !config::parse_ip(c.host)) {
+                const config::ip_address one[] = {*c.address};
+                return !config::check_addresses(d, one).allowed();
+            }
+            return false;
         };
     const std::string why = "policy_changed";
     const std::size_t closed = co_await close_where(no_longer_allowed, why);

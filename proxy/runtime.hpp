@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -54,6 +55,9 @@ public:
     std::uint16_t port = 0;
     config::request_kind kind = config::request_kind::connect;
     std::string method;
+    /// The upstream address connected to, while there is one: a reload re-checks it
+    /// against the new rule's resolves_to, as a new connection's resolution would be.
+    std::optional<config::ip_address> address;
 };
 
 /// Empty splice pipes the worker's tunnels gave back when they went idle, for the next

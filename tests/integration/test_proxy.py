@@ -52,10 +52,11 @@ def tearDownModule():
             o.stop()
 
 
-def jobs_yaml(include_raw=True, extra_web_rules=""):
+def jobs_yaml(include_raw=True, extra_web_rules="", raw_resolves_to="[127.0.0.0/8]",
+              localhost_methods="[GET, POST, HEAD]"):
     """The `jobs:` mapping of the test policy."""
     raw = (f"      - {{ host: raw.test, ports: [{ECHO.port}, {EOFR.port}, {SINK.port}], "
-           f"protocol: tcp, resolves_to: [127.0.0.0/8] }}\n") if include_raw else ""
+           f"protocol: tcp, resolves_to: {raw_resolves_to} }}\n") if include_raw else ""
     return (
         "  web:\n"
         "    task: integration tests of the proxy\n"
@@ -63,7 +64,7 @@ def jobs_yaml(include_raw=True, extra_web_rules=""):
         f"      - {{ host: a.test, ports: [{TLS.port}], resolves_to: [127.0.0.0/8] }}\n"
         f"      - {{ host: b.test, ports: [{TLS.port}], resolves_to: [127.0.0.0/8] }}\n"
         f"      - {{ host: localhost, ports: [{HTTP.port}], protocol: http, "
-        f"methods: [GET, POST, HEAD], resolves_to: [127.0.0.0/8, \"::1/128\"] }}\n"
+        f"methods: {localhost_methods}, resolves_to: [127.0.0.0/8, \"::1/128\"] }}\n"
         + raw +
         f"      - {{ host: private.test, ports: [{ECHO.port}], protocol: tcp }}\n"
         f"      - {{ host: down.test, ports: [{DEAD_PORT}], protocol: tcp, "
@@ -1600,6 +1601,44 @@ class ReloadTests(CordonTestCase):
         self.open_tunnel(f"a.test:{TLS.port}")
         self.assertEqual(self.cordon.status()["policy"]["rules"], N_RULES - 1)
         self.assertTrue(self.cordon.wait_events(lambda e: e["event"] == "config.reload"))
+
+    def test_reload_narrowing_resolves_to_closes_tunnel(self):
+        # The rule stays, but no longer lets raw.test reach loopback: the tunnel already
+        # connected there is cut, as a new one is refused.
+        t_raw = self.open_tunnel(f"raw.test:{ECHO.port}")
+        self.echo(t_raw, b"before")
+        self.cordon.write_policy(jobs_yaml(raw_resolves_to="[10.0.0.0/8]"))
+        status, js = self.cordon.admin("POST", "/v1/reload")
+        self.assertEqual(status, 200, js)
+        self.assertTrue(t_raw.wait_closed(2)[0], "tunnel to a no longer allowed address is open")
+        ev = self.session_events("conn.close", reason="policy_changed")
+        self.assertEqual(len(ev), 1, ev)
+        self.assertEqual(ev[0].get("target"), f"raw.test:{ECHO.port}", ev[0])
+        c, r = self.tunnel(f"raw.test:{ECHO.port}")
+        self.assertDenied(r, 403, "private_address", f"raw.test:{ECHO.port}")
+
+    def test_kept_upstream_checked_against_each_requests_rule(self):
+        # GET may reach loopback (resolves_to), POST's own rule names no resolves_to: a POST
+        # on the connection a GET opened must not ride the GET's loopback upstream.
+        self.cordon.write_policy(jobs_yaml(
+            localhost_methods="[GET, HEAD]",
+            extra_web_rules=(f"      - {{ host: localhost, ports: [{HTTP.port}], "
+                             f"protocol: http, methods: [POST] }}\n")))
+        self.assertEqual(self.cordon.admin("POST", "/v1/reload")[0], 200)
+        m = marker("postrule")
+        c = self.conn()
+        c.send(http_req("GET", f"http://localhost:{HTTP.port}{m}/get", auth=self.auth))
+        self.assertEqual(c.read_response().status, 200)
+        c.send(http_req("POST", f"http://localhost:{HTTP.port}{m}/post", auth=self.auth,
+                        body=b"x"))
+        self.assertDenied(c.read_response(), 403, "private_address",
+                          f"localhost:{HTTP.port}")
+        self.assertEqual(list(HTTP.requests_matching(f"{m}/post")), [],
+                         "the POST reached the origin")
+        # A fresh connection's POST is refused the same way (its resolution is checked).
+        c2, r = self.request(http_req("POST", f"http://localhost:{HTTP.port}{m}/post2",
+                                      auth=self.auth, body=b"x"), method="POST")
+        self.assertDenied(r, 403, "private_address", f"localhost:{HTTP.port}")
 
     def test_reload_keeping_rule_keeps_tunnel(self):
         # AMBIGUITY: only tunnels the new policy no longer allows are closed.
