@@ -2,21 +2,31 @@
 
 #include <algorithm>
 
+#include "config/classify.hpp"
+
 namespace cordon::shim {
 namespace {
 
+// "Loopback" and "unspecified" are config::classify's, the proxy's own definition: one table.
 bool is_loopback(const config::ip_address& a) {
-    if (a.is_v4()) {
-        return a.bytes()[0] == 127;
-    }
-    const auto& b = a.bytes();
-    return std::all_of(b.begin(), b.end() - 1, [](std::uint8_t x) { return x == 0; }) &&
-           b[15] == 1;
+    return config::classify(a).cls == config::ip_class::loopback;
 }
 
+/// The wildcard listen address (0.0.0.0 or ::): classify's unspecified class, and its single
+/// address only (0.0.0.0/8's other addresses are no wildcard).
 bool is_unspecified(const config::ip_address& a) {
-    const auto& b = a.bytes();
-    return std::all_of(b.begin(), b.end(), [](std::uint8_t x) { return x == 0; });
+    const config::classification c = config::classify(a);
+    return c.cls == config::ip_class::unspecified && c.range.prefix_len == a.bits();
+}
+
+/// Whether prefix `c` holds any loopback address: it starts in a loopback range (127.5.0.0/16,
+/// ::ffff:7f00:0/104 as IPv4), or it contains one (0.0.0.0/1 holds 127.0.0.0/8, ::/8 ::1).
+bool holds_loopback(const config::cidr& c) {
+    if (is_loopback(c.network)) {
+        return true;
+    }
+    const auto probe = config::parse_ip(c.network.is_v4() ? "127.0.0.1" : "::1");
+    return probe && c.contains(config::classify(*probe).range);
 }
 
 bool cgroup_char(char c) {
@@ -216,8 +226,8 @@ std::string add_sandbox_cidr(std::string_view text, std::vector<config::cidr>& o
                ": matches every address, the host's administrators too; name the sandbox "
                "networks";
     }
-    // Containing loopback, not only starting there: 0.0.0.0/1 or ::/8 hold it too.
-    if (c.contains(*config::parse_ip(c.network.is_v4() ? "127.0.0.1" : "::1"))) {
+    // Any overlap: starting in loopback (127.5.0.0/16) or containing it (0.0.0.0/1, ::/8).
+    if (holds_loopback(c)) {
         return "--sandbox-cidr " + c.to_string() +
                ": loopback is this host, not a sandbox network (use --cgroup for local "
                "processes)";

@@ -124,6 +124,13 @@ TEST_CASE("firewall: IPv6 and wildcard listeners, no DNS", "[shim][firewall]") {
         CHECK_FALSE(has(c, "\t\tmeta nfproto"));  // no rule matching any destination
         CHECK_FALSE(has(r.ruleset, "cordon's replies"));  // a wildcard is this host's own
     }
+    SECTION("only the unspecified address itself is a wildcard, not the rest of 0.0.0.0/8") {
+        s.proxy = ep("0.0.0.5:3128");
+        const auto r = make_firewall(s);
+        REQUIRE(r.ok());
+        CHECK(has(r.ruleset, "\t\tip daddr 0.0.0.5 tcp dport 3128 accept"));
+        CHECK_FALSE(has(r.ruleset, "fib daddr type local"));
+    }
 }
 
 TEST_CASE("firewall: cgroup sandboxes on this host", "[shim][firewall]") {
@@ -178,13 +185,18 @@ TEST_CASE("firewall: --sandbox-cidr is strict", "[shim][firewall]") {
     CHECK(has(err("::1/128"), "loopback"));
     CHECK(has(err("0.0.0.0/1"), "loopback"));  // holds 127.0.0.0/8
     CHECK(has(err("::/8"), "loopback"));       // holds ::1
+    // Starting inside loopback, not only holding 127.0.0.1: config::classify decides.
+    CHECK(has(err("127.5.0.0/16"), "loopback"));
+    CHECK(has(err("127.255.255.255/32"), "loopback"));
+    CHECK(has(err("::7f00:0/104"), "loopback"));  // IPv4-compatible 127.0.0.0/8
+    CHECK(add_sandbox_cidr("128.0.0.0/1", out).empty());  // beside 127/8, not holding it
     CHECK_FALSE(err("192.168.1.1/24").empty());  // host bits set
     CHECK_FALSE(err("192.168.1.0").empty());     // no length
     CHECK_FALSE(err("192.168.1.0/33").empty());
     CHECK_FALSE(err("010.0.0.0/8").empty());
     CHECK_FALSE(err("10.0.0.0/8; flush ruleset").empty());
     CHECK_FALSE(err("").empty());
-    CHECK(out.size() == 2);
+    CHECK(out.size() == 3);
 }
 
 TEST_CASE("firewall: --cgroup paths", "[shim][firewall]") {
