@@ -65,8 +65,12 @@ std::string allow_listeners(const firewall_spec& s) {
 /// Replies of cordon's listeners whose address lies in a sandbox network, or any specific
 /// listener address when sandboxes are named by interface (cordon beside the sandboxes on one
 /// bridge, whose traffic crosses the forward hook with br_netfilter, arriving on the sandbox
-/// bridge): they belong to connections the rules let in. Conntrack (reply direction) keeps a
-/// sandbox from forging them.
+/// bridge): they belong to connections the rules let in. Conntrack (reply direction) admits
+/// only packets of a live flow's reply tuple (TCP: in window). On a routed link the strict
+/// reverse-path check drops cordon's address as a sandbox's source; on a shared bridge it
+/// cannot (the bridge is the input interface of both), so a sandbox that learns or guesses a
+/// live flow of another sandbox with cordon can inject into it: docs/deploy.md, "cordon on
+/// the sandbox bridge". Not fixable in this table: only a bridge-family rule sees the port.
 std::string cordon_replies(const firewall_spec& s) {
     std::string out;
     const auto one = [&](const config::endpoint& e, std::string_view proto) {
