@@ -57,7 +57,11 @@ options:
                          repeatable. Sandboxes here reach cordon on the listen addresses, so
                          those must be this host's address on that network, not loopback.
   --cgroup PATH          processes of this cgroup v2 on this host are sandboxes
-                         (/sys/fs/cgroup/a/b, /a/b or a/b; it must exist when applied)
+                         (/sys/fs/cgroup/a/b, /a/b or a/b; it must exist when applied).
+                         nft binds the cgroup's inode at load: a cgroup removed and created
+                         again later (a service restart, a new container) is NOT matched
+                         until the rules are applied again; prefer a parent that stays (a
+                         slice holding only sandboxes; its children, new ones too, match)
   --kill                 drop everything from sandboxes (interfaces, prefixes and cgroup)
   --apply                load the ruleset with `nft -f -` (root): the table is replaced in
                          one transaction; prints nothing on success but a summary

@@ -336,6 +336,17 @@ firewall_result make_firewall(const firewall_spec& s) {
             "directly; add --sandbox-iface NAME for the sandboxes' interface(s)");
     }
 
+    if (s.cgroup) {
+        r.warnings.push_back(
+            "--cgroup " + *s.cgroup +
+            ": nft binds the cgroup's inode when the rules are loaded; a cgroup removed and "
+            "created again later (a service restart that recreates its cgroup, a new "
+            "container) is a new cgroup and is NOT matched: its processes are not sandboxed. "
+            "Apply the rules again after the cgroup is recreated (e.g. ExecStartPost= of the "
+            "sandbox's unit), or name a parent cgroup that stays and holds only sandboxes (a "
+            "dedicated slice: its children are matched, recreated ones too)");
+    }
+
     const std::string t = "inet " + std::string(firewall_table);
     std::string o = header(s);
     o += "table " + t + "\ndelete table " + t + "\ntable " + t + " {\n";
@@ -402,6 +413,7 @@ firewall_result make_firewall(const firewall_spec& s) {
         const auto level = std::count(s.cgroup->begin(), s.cgroup->end(), '/') + 1;
         o += "\t# Packets from processes of cgroup " + *s.cgroup +
              " on this host: only cordon's listeners.\n"
+             "\t# nft holds the cgroup's id (inode) from loading on: reload after recreating it.\n"
              "\tchain output {\n"
              "\t\ttype filter hook output priority filter; policy accept;\n"
              "\t\tsocket cgroupv2 level " +

@@ -537,6 +537,10 @@ class FirewallCliTest(unittest.TestCase):
             r = self.run_fw("--policy", policy, "--cgroup", "a/b")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn(b'socket cgroupv2 level 2 "a/b"', r.stdout)
+            # nft binds the cgroup's inode: a recreated cgroup is not matched; said so.
+            self.assertIn(b"cordon firewall: warning: --cgroup a/b: nft binds the cgroup's "
+                          b"inode", r.stderr)
+            self.assertIn(b"inode", self.run_fw("--help").stdout)
             r = self.run_fw("--policy", os.path.join(tmp, "missing.yaml"), "--cgroup", "a")
             self.assertEqual(r.returncode, 1)
         finally:
