@@ -406,6 +406,14 @@ firewall_result make_firewall(const firewall_spec& s) {
             o += "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
                  "accept\n"
                  "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n";
+            // The kernel routes a TCP reset without the incoming interface, and a link-local
+            // address has no route without one: the reset is never sent and the client waits
+            // for its timeout. An ICMPv6 error is sent out of the incoming interface, and TCP
+            // aborts a connect on it (EACCES). A link-local source gets here with
+            // --sandbox-iface alone (with prefixes too it is dropped as outside them) or a
+            // --sandbox-cidr holding fe80::/10.
+            o += "\t\tip6 saddr fe80::/10 meta l4proto tcp reject with icmpx admin-prohibited "
+                 "comment \"no route for a TCP reset to link-local\"\n";
         }
         o += "\t\tjump refuse\n\t}\n\n";
     }

@@ -146,7 +146,8 @@ def cmd_tcp(host, port):
             ok = s.recv(16) == b"ping\n"
             out(result="ok" if ok else "error", seconds=time.monotonic() - t0)
     except OSError as e:
-        out(result=classify(e), error=str(e), seconds=time.monotonic() - t0)
+        out(result=classify(e), error=str(e), errno=errno.errorcode.get(e.errno or 0, ""),
+            seconds=time.monotonic() - t0)
 
 
 def cmd_open(host, port):

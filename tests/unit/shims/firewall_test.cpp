@@ -59,6 +59,8 @@ TEST_CASE("firewall: sandbox networks reach only the proxy and DNS", "[shim][fir
           "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
           "accept\n"
           "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n"
+          "\t\tip6 saddr fe80::/10 meta l4proto tcp reject with icmpx admin-prohibited "
+          "comment \"no route for a TCP reset to link-local\"\n"
           "\t\tjump refuse");
     // cordon's address is in the sandbox network: its replies (conntrack) pass, first.
     const std::string replies =
@@ -274,7 +276,12 @@ TEST_CASE("firewall: interface sandboxes, whatever their source address", "[shim
     CHECK_FALSE(has(t, "nd-router-advert"));
     CHECK(has(chain(t, "sandbox_to_cordon"),
               "\t\tip daddr 172.30.0.2 tcp dport 3128 accept comment \"cordon proxy\"\n"));
-    CHECK(has(chain(t, "sandbox_to_cordon"), "\t\tjump refuse"));
+    // TCP from a link-local source: ICMP (sent out of the incoming interface), not a reset
+    // (which has no route to link-local), just before the refusal.
+    CHECK(has(chain(t, "sandbox_to_cordon"),
+              "\t\tip6 saddr fe80::/10 meta l4proto tcp reject with icmpx admin-prohibited "
+              "comment \"no route for a TCP reset to link-local\"\n\t\tjump refuse"));
+    CHECK(has(chain(make_firewall(base()).ruleset, "sandbox_to_cordon"), "fe80::/10"));
     // Reverse-path check on the sandbox interfaces only, not the whole host.
     const std::string rpf = chain(t, "antispoof");
     CHECK(has(rpf, "\t\tiifname \"docker0\" fib saddr . mark . iif oif missing drop\n"));
