@@ -213,7 +213,6 @@ audit_record& audit_record::put_unless_secret(std::string_view key, std::string_
 
 namespace {
 
-
 // Short values redaction leaves as they are, per thread (direct-mapped by hash): the same
 // job, client, target, method and address come back on every request of a connection, and
 // scanning them for secrets again each time is most of an audit record's cost. Only values

@@ -1324,6 +1324,7 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
         error_code ignored;
         upstream_.socket().close(ignored);
         upstream_key_.clear();
+        address.reset();
     }
     log_close(st, keep ? "done" : "eof");
     co_return keep && closed_by_.empty();

@@ -175,8 +175,8 @@ jobs:
       - { cidr: 0.0.0.0/0, ports: [443], protocol: tcp }
 )yaml");
     // Ticked either way: the refusal is unconditional (decide(), check_addresses()).
-    const check& open = find_check(build(p, *p.find_job("open"), std::nullopt, at), "egress",
-                                   "private_addresses");
+    const model open_model = build(p, *p.find_job("open"), std::nullopt, at);
+    const check& open = find_check(open_model, "egress", "private_addresses");
     CHECK(open.ticked);
     CHECK_THAT(open.why, Catch::Contains("in every mode; this job's exceptions: "
                                          "wiki.corp.example:80/http may resolve into "
@@ -189,8 +189,8 @@ jobs:
     CHECK_THAT(open.why, !Catch::Contains("198.51.0.0/16"));
     CHECK_THAT(open.why, !Catch::Contains("api.example.com"));
 
-    const check& closed = find_check(build(p, *p.find_job("closed"), std::nullopt, at),
-                                     "egress", "private_addresses");
+    const model closed_model = build(p, *p.find_job("closed"), std::nullopt, at);
+    const check& closed = find_check(closed_model, "egress", "private_addresses");
     CHECK(closed.ticked);
     CHECK_THAT(closed.why, Catch::EndsWith("in every mode; exceptions: none: this job names "
                                            "no resolves_to (and no cidr rule in non-public "
