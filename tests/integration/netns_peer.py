@@ -12,7 +12,12 @@ Standard library only. Each command prints one JSON line and exits 0.
                                  -> {"result": ok|..., "errno": "EHOSTUNREACH"|..., "seconds"}
   connect PROXY PORT AUTH TARGET CONNECT through the proxy (AUTH user:pass), then echo
   dns HOST PORT NAME             one UDP DNS query -> {"result": ok, "rcode": N} or timeout
-  spoof SRC DST PORT MARK        a raw UDP datagram with a forged IPv4 source
+  spoof SRC DST PORT MARK [SPORT] a raw UDP datagram with a forged IPv4 source (and source
+                                 port, default 40000)
+  flow HOST PORT LPORT OTHER SECS  UDP from LPORT to HOST:PORT, wait 1 s for the answer, print
+                                 {"ready": answered}; then for SECS print what LPORT and
+                                 OTHER (a port with no flow) receive -> {"result": "ok",
+                                 "got": [[port, source, sport, text], ...]}
   nd DEV TARGET                  an IPv6 neighbour solicitation for TARGET, multicast on DEV
                                  (from --src, e.g. a link-local address), wait 1 s for the
                                  advertisement -> {"result": ok|timeout}
@@ -228,9 +233,9 @@ def checksum(b):
     return ~s & 0xFFFF
 
 
-def cmd_spoof(src, dst, port, mark):
+def cmd_spoof(src, dst, port, mark, sport="40000"):
     payload = mark.encode()
-    udp = struct.pack("!HHHH", 40000, int(port), 8 + len(payload), 0) + payload
+    udp = struct.pack("!HHHH", int(sport), int(port), 8 + len(payload), 0) + payload
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0x4242, 0, 64,
                       socket.IPPROTO_UDP, 0, socket.inet_aton(src), socket.inet_aton(dst))
     hdr = hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:]
@@ -266,9 +271,36 @@ def cmd_nd(dev, target):
     out(result="timeout")
 
 
+def cmd_flow(host, port, lport, other, secs):
+    socks = []
+    for p in (lport, other):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("0.0.0.0", int(p)))
+        s.settimeout(0.05)
+        socks.append(s)
+    socks[0].sendto(b"flow-query", (host, int(port)))
+    got = []
+
+    def drain(until):
+        while time.monotonic() < until:
+            for s in socks:
+                try:
+                    d, a = s.recvfrom(512)
+                    got.append([s.getsockname()[1], a[0], a[1], d.decode(errors="replace")])
+                except OSError:
+                    pass
+
+    t0 = time.monotonic()
+    while not got and time.monotonic() - t0 < 1:
+        drain(time.monotonic() + 0.05)
+    print(json.dumps({"ready": bool(got)}), flush=True)
+    drain(time.monotonic() + float(secs))
+    out(result="ok", got=got)
+
+
 if __name__ == "__main__":
     cmds = {"servers": cmd_servers, "tcp": cmd_tcp, "open": cmd_open, "udp": cmd_udp, "connect": cmd_connect,
-            "dns": cmd_dns, "spoof": cmd_spoof, "nd": cmd_nd}
+            "dns": cmd_dns, "spoof": cmd_spoof, "nd": cmd_nd, "flow": cmd_flow}
     argv = sys.argv[1:]
     if argv[0] == "--src":
         SRC, argv = argv[1], argv[2:]

@@ -25,6 +25,10 @@ test_unlisted_sources_and_sandbox_iface: a source the prefixes do not list (a se
 network on the sandbox link, an IPv6 link-local address) slips past --sandbox-cidr alone (the
 hole, kept as documentation); with --sandbox-iface r1 it is refused (alone) or dropped (with
 the prefixes), neighbour discovery still works, cordon still answers, and --kill covers it.
+
+test_forged_cordon_source_on_a_shared_bridge: cordon and two sandboxes on one bridge with
+br_netfilter: a source forged as cordon's is delivered when it matches another sandbox's live
+flow with cordon (the documented limit, asserted as such), refused otherwise.
 Namespaces (and with them the nft table) are always removed.
 """
 
@@ -432,6 +436,93 @@ class FirewallNamespaceTest(unittest.TestCase):
         # Lifted: the same command without --kill.
         self.firewall("--sandbox-iface", "r1", cidrs=())
         self.cordon_works(SBX4_X)
+
+
+@unittest.skipIf(SKIP, SKIP or "")
+class FirewallSharedBridgeTest(unittest.TestCase):
+    """The limit documented in docs/deploy.md, "cordon on the sandbox bridge", asserted as
+    such: cordon (here the UDP echo standing for its DNS listener) and sandboxes A and B on
+    one bridge br0 of the router, `--sandbox-iface br0`. Without br_netfilter the bridged
+    frames never reach the rules (A reaches B directly). With it, A to B is refused, cordon
+    answers B, and a datagram A forges with cordon's address and port as source is refused
+    unless it matches B's live flow with cordon: then conntrack takes it for cordon's reply
+    and it is delivered (the bridge is the input interface of both, so the reverse-path check
+    passes, and no inet rule sees the bridge port)."""
+
+    def test_forged_cordon_source_on_a_shared_bridge(self):
+        tag = f"{TAG}b"
+        nss = {k: f"{tag}-{k}" for k in ("r", "a", "b", "c")}
+        ip = {"a": "10.232.0.4", "b": "10.232.0.2", "c": "10.232.0.3"}
+        tmp = tempfile.mkdtemp(prefix="cordon-it-fw-")
+        procs = []
+        try:
+            for ns in nss.values():
+                sh("ip", "netns", "add", ns)
+                sh("ip", "link", "set", "lo", "up", ns=ns)
+            r = nss["r"]
+            sh("ip", "link", "add", "br0", "type", "bridge", ns=r)
+            sh("ip", "link", "set", "br0", "up", ns=r)
+            sh("ip", "addr", "add", "10.232.0.1/24", "dev", "br0", ns=r)
+            for k in ("a", "b", "c"):
+                sh("ip", "link", "add", "e0", "netns", nss[k], "type", "veth", "peer", "name",
+                   f"p{k}", "netns", r)
+                sh("ip", "link", "set", f"p{k}", "master", "br0", ns=r)
+                sh("ip", "link", "set", f"p{k}", "up", ns=r)
+                sh("ip", "addr", "add", ip[k] + "/24", "dev", "e0", ns=nss[k])
+                sh("ip", "link", "set", "e0", "up", ns=nss[k])
+            if sh("sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=0", ns=r,
+                  check=False).returncode != 0:
+                self.skipTest("br_netfilter not available (modprobe br_netfilter)")
+            policy = os.path.join(tmp, "p.yaml")
+            with open(policy, "w") as f:
+                f.write(f"listen: {{ proxy: {ip['c']}:3128, dns: {ip['c']}:7001 }}\njobs: {{}}\n")
+            for k in ("b", "c"):
+                d = os.path.join(tmp, k)
+                os.makedirs(d)
+                procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", nss[k], sys.executable, PEER, "servers", d],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.assertTrue(H.wait_until(lambda: all(
+                os.path.exists(os.path.join(tmp, k, "ready")) for k in ("b", "c")), 15))
+            r_fw = sh(H.CORDON_BIN, "firewall", "--policy", policy, "--sandbox-iface", "br0",
+                      "--apply", ns=r, check=False)
+            self.assertEqual(r_fw.returncode, 0, r_fw.stderr.decode())
+            self.assertIn(f"ct direction reply ip saddr {ip['c']} udp sport 7001 accept",
+                          sh("nft", "list", "table", "inet", "cordon", ns=r).stdout.decode())
+
+            # No br_netfilter: bridged frames bypass the inet hooks; A reaches B directly.
+            self.assertTrue(H.wait_until(
+                lambda: peer(nss["a"], "udp", ip["b"], "7001", "nobrnf")["result"] == "ok", 10))
+
+            sh("sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1", ns=r)
+            r_ab = peer(nss["a"], "udp", ip["b"], "7001", "brnf")
+            self.assertEqual((r_ab["result"], r_ab.get("errno")), ("error", "EHOSTUNREACH"),
+                             r_ab)
+            self.assertEqual(peer(nss["a"], "udp", ip["c"], "7001", "a-c")["result"], "ok")
+
+            flow = subprocess.Popen(
+                ["ip", "netns", "exec", nss["b"], sys.executable, PEER, "flow", ip["c"],
+                 "7001", "5555", "5556", "2"], stdout=subprocess.PIPE)
+            procs.append(flow)
+            self.assertEqual(json.loads(flow.stdout.readline()), {"ready": True})
+            for port, mark in (("5555", "forged-live-flow"), ("5556", "forged-no-flow")):
+                peer(nss["a"], "spoof", ip["c"], ip["b"], port, mark, "7001")
+            got = json.loads(flow.communicate(timeout=10)[0].decode().splitlines()[-1])["got"]
+            texts = {g[3]: g for g in got}
+            self.assertEqual(texts.get("flow-query"), [5555, ip["c"], 7001, "flow-query"])
+            # The limit: accepted as cordon's reply. Not matching a flow: refused.
+            self.assertEqual(texts.get("forged-live-flow"),
+                             [5555, ip["c"], 7001, "forged-live-flow"], got)
+            self.assertNotIn("forged-no-flow", texts, got)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(5)
+            for ns in nss.values():
+                subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL,
+                               timeout=10)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @unittest.skipIf(SKIP, SKIP or "")
