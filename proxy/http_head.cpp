@@ -4,22 +4,6 @@
 
 namespace cordon::proxy {
 
-bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
-    if (a.size() != b.size()) {
-        return false;
-    }
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        char x = a[i];
-        char y = b[i];
-        x = (x >= 'A' && x <= 'Z') ? static_cast<char>(x + 32) : x;
-        y = (y >= 'A' && y <= 'Z') ? static_cast<char>(y + 32) : y;
-        if (x != y) {
-            return false;
-        }
-    }
-    return true;
-}
-
 bool ascii_iless(std::string_view a, std::string_view b) noexcept {
     const auto lower = [](char c) {
         return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
@@ -36,15 +20,23 @@ bool ascii_iless(std::string_view a, std::string_view b) noexcept {
 }
 
 bool hop_by_hop_name(std::string_view name) noexcept {
-    static constexpr std::string_view names[] = {
-        "connection", "keep-alive", "proxy-connection", "proxy-authorization",
-        "proxy-authenticate", "te", "trailer", "upgrade"};
-    for (const auto n : names) {
-        if (ascii_iequals(name, n)) {
-            return true;
-        }
+    // By length first: a field name is compared with the one or two names of its length.
+    switch (name.size()) {
+        case 2:
+            return ascii_iequals(name, "te");
+        case 7:
+            return ascii_iequals(name, "trailer") || ascii_iequals(name, "upgrade");
+        case 10:
+            return ascii_iequals(name, "connection") || ascii_iequals(name, "keep-alive");
+        case 16:
+            return ascii_iequals(name, "proxy-connection");
+        case 18:
+            return ascii_iequals(name, "proxy-authenticate");
+        case 19:
+            return ascii_iequals(name, "proxy-authorization");
+        default:
+            return false;
     }
-    return false;
 }
 
 void append_end_to_end_lines(std::string& out, std::string_view lines, const field_filter& f) {

@@ -47,8 +47,23 @@ void for_each_field(std::string_view fields, Fn&& fn) {
     }
 }
 
-/// ASCII case-insensitive equality.
-bool ascii_iequals(std::string_view a, std::string_view b) noexcept;
+/// ASCII case-insensitive equality. Inline: header filtering calls it a dozen times a field,
+/// and most calls end at the size check.
+inline bool ascii_iequals(std::string_view a, std::string_view b) noexcept {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        char x = a[i];
+        char y = b[i];
+        x = (x >= 'A' && x <= 'Z') ? static_cast<char>(x + 32) : x;
+        y = (y >= 'A' && y <= 'Z') ? static_cast<char>(y + 32) : y;
+        if (x != y) {
+            return false;
+        }
+    }
+    return true;
+}
 
 /// ASCII case-insensitive ordering (for sorted lookups consistent with ascii_iequals).
 bool ascii_iless(std::string_view a, std::string_view b) noexcept;

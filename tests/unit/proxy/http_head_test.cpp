@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,6 +50,39 @@ TEST_CASE("hop-by-hop names, any case", "[http_head]") {
     for (const char* n : {"Host", "Content-Length", "Transfer-Encoding", "Authorization",
                           "Trailers", "Connectio", "", "X-Proxy-Authorization"}) {
         CHECK_FALSE(hop_by_hop_name(n));
+    }
+}
+
+TEST_CASE("hop-by-hop names: the length switch agrees with the list, for any name",
+          "[http_head]") {
+    const std::set<std::string> list{"connection", "keep-alive", "proxy-connection",
+                                     "proxy-authorization", "proxy-authenticate", "te",
+                                     "trailer", "upgrade"};
+    std::mt19937 rng(20261130);
+    const std::string letters = "connectikalv-pryuhzsgdTECONRAUPGKLIV";
+    for (int i = 0; i < 200000; ++i) {
+        std::string n;
+        if (i % 4 == 0) {  // a listed name with its case flipped at random
+            auto it = list.begin();
+            std::advance(it, static_cast<long>(rng() % list.size()));
+            n = *it;
+            for (char& c : n) {
+                if (rng() % 2 != 0 && c >= 'a' && c <= 'z') {
+                    c = static_cast<char>(c - 32);
+                }
+            }
+        } else {
+            const std::size_t len = rng() % 21;
+            for (std::size_t k = 0; k < len; ++k) {
+                n.push_back(letters[rng() % letters.size()]);
+            }
+        }
+        std::string lower = n;
+        for (char& c : lower) {
+            c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+        }
+        INFO(n);
+        REQUIRE(hop_by_hop_name(n) == (list.count(lower) != 0));
     }
 }
 
