@@ -337,7 +337,7 @@ class FirewallNamespaceTest(unittest.TestCase):
         self.assertEqual(peer(NS_SBX, "tcp", NET4, "7000")["result"], "timeout")
         self.assertEqual(peer(NS_SBX, "udp", NET4, "443", "kill-443")["result"], "timeout")
         self.assertNotIn("kill-443", self.udp_sources())
-        self.assertIsNone(self.cordon.poll(), "cordon died")
+        self.assertIsNone(self.cordon.poll(), "cordon died:\n" + self._cordon_stderr())
 
         # Revive: the same command without --kill.
         self.firewall()
@@ -431,7 +431,7 @@ class FirewallNamespaceTest(unittest.TestCase):
         self.assertEqual(self.probe(SBX_LL, "tcp", RTR_LL, "7000"), "timeout")
         self.assertEqual(self.probe(SBX_LL, "nd", "s0", RTR6_S), "timeout")  # ND too
         self.assertNotEqual(self.http_via_cordon(max_time="2").returncode, 0)
-        self.assertIsNone(self.cordon.poll(), "cordon died")
+        self.assertIsNone(self.cordon.poll(), "cordon died:\n" + self._cordon_stderr())
 
         # Lifted: the same command without --kill.
         self.firewall("--sandbox-iface", "r1", cidrs=())
