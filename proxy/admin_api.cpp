@@ -4,7 +4,6 @@
 
 #include <boost/json.hpp>
 
-#include "config/json_string.hpp"
 #include "config/units.hpp"
 #include "proxy/denials_api.hpp"
 #include "proxy/job_card_api.hpp"
@@ -761,9 +760,10 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
                 rec != beast::error::timeout && rec != net::error::connection_reset) {
                 http::response<http::string_body> res{http::status::bad_request, 11};
                 res.set(http::field::content_type, "application/json");
-                std::string body = "{\"error\":";
-                config::append_json_string_ascii(body, "malformed request: " + rec.message());
-                res.body() = body + "}\n";
+                res.body() = json::serialize(error(http::status::bad_request,
+                                                   "malformed request: " + rec.message())
+                                                 .body) +
+                             "\n";
                 res.keep_alive(false);
                 res.prepare_payload();
                 co_await http::async_write(stream, res, use_nothrow);

@@ -241,6 +241,20 @@ class AdminAPITests(CordonTestCase):
         self.assertIsInstance(js.get("error"), str, js)
         self.assertTrue(js["error"], js)
 
+    def test_malformed_admin_request_is_400_json(self):
+        with socket.create_connection(self.cordon.admin_addr, timeout=5) as s:
+            s.sendall(b"GET /v1/status HTTP/1.1\r\nBad Header\r\n\r\n")
+            data = b""
+            while b"\r\n\r\n" not in data or not data.endswith(b"}\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400 "), data)
+        self.assertIn(b"application/json", head, data)
+        self.assertEqual(json.loads(body), {"error": "malformed request: bad field"})
+
     def test_healthz_needs_no_token(self):
         status, js = self.cordon.admin("GET", "/healthz", token=None)
         self.assertEqual((status, js), (200, {"status": "ok"}))
