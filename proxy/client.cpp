@@ -689,7 +689,6 @@ private:
         upstream_buffer_.consume(upstream_buffer_.size());
         upstream_buffer_.shrink_to_fit();
         upstream_key_.clear();
-        upstream_ip_.clear();
         relay_.emplace(w_, client_.socket(), upstream_.socket(), std::move(hooks));
         relay_->start(shared_from_this(), *this);
     }
@@ -816,7 +815,6 @@ private:
     job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
     bool holds_slot_ = false;
     std::string upstream_key_;  // "host:port" of the kept-alive upstream, if any
-    std::string upstream_ip_;   // its address, as logged (no getpeername per request)
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
     // What only HTTP forwarding needs, allocated by the first forwarded request and kept
     // for the next ones: a tunnel carries one pointer of it, not buffers.
@@ -1106,19 +1104,14 @@ awaitable<bool> client_conn::handle_forward(http::request_parser<http::buffer_bo
             co_return false;
         }
         upstream_key_ = key;
-        upstream_ip_ = st.ip;
     } else {
-        st.ip = upstream_ip_;
+        st.ip = address ? address->to_string() : std::string();  // no getpeername per request
         // The kept upstream's address passed the rule of the request that connected it;
-        // this request may match another rule, or come after a reload. (A literal's
-        // address was decided with the request.)
-        if (address && !config::parse_ip(host)) {
-            const config::ip_address one[] = {*address};
-            const config::decision checked = config::check_addresses(st.decision, one);
-            if (!checked.allowed()) {
-                co_await deny(403, checked.reason, st.target_text);
-                co_return false;
-            }
+        // this request may match another rule, or come after a reload.
+        const config::decision checked = check_connected(st.decision);
+        if (!checked.allowed()) {
+            co_await deny(403, checked.reason, st.target_text);
+            co_return false;
         }
     }
     if (!session.empty()) {

@@ -91,6 +91,18 @@ void runtime::forget_usage(const std::string& session) {
     usage_.erase(session);
 }
 
+config::decision live_connection::check_connected(const config::decision& d) const {
+    if (!d.allowed() || !address) {
+        return d;
+    }
+    const config::ip_address one[] = {*address};
+    const config::decision checked = config::check_addresses(d, one);
+    if (!checked.allowed() && config::parse_ip(host)) {
+        return d;  // an IP literal: decide() already judged its address
+    }
+    return checked;
+}
+
 awaitable<std::size_t> runtime::on_workers(const std::function<std::size_t(worker&)>& fn,
                                            const std::function<void()>& meanwhile) {
     // Every worker at once (a kill's latency is its slowest worker, not their sum); the
@@ -185,18 +197,9 @@ awaitable<std::string> runtime::reload(const std::string& by) {
             a.kind = c.kind;
             a.method = c.method;
             // Report mode's would-deny connections stay: the job still lets them through.
-            const config::decision d = config::decide_with_mode(a, *next).effective;
-            if (!d.allowed()) {
-                return true;
-            }
             // A non-public address stays reachable only while the rule that now matches
             // still names it in resolves_to (a reload may have narrowed or removed it).
-            // (A literal's address is decided with the request, above.)
-            if (c.address && !config::parse_ip(c.host)) {
-                const config::ip_address one[] = {*c.address};
-                return !config::check_addresses(d, one).allowed();
-            }
-            return false;
+            return !c.check_connected(config::decide_with_mode(a, *next).effective).allowed();
         };
     const std::string why = "policy_changed";
     const std::size_t closed = co_await close_where(no_longer_allowed, why);

@@ -58,6 +58,11 @@ public:
     /// The upstream address connected to, while there is one: a reload re-checks it
     /// against the new rule's resolves_to, as a new connection's resolution would be.
     std::optional<config::ip_address> address;
+
+    /// `d`, the decision for this connection's request now, checked against that address:
+    /// private_address when the matching rule no longer lets it reach a non-public one
+    /// (config::check_addresses). A literal host's address was decided with the request.
+    config::decision check_connected(const config::decision& d) const;
 };
 
 /// Empty splice pipes the worker's tunnels gave back when they went idle, for the next
