@@ -227,7 +227,6 @@ scan_result scan_fields(std::string_view s, fields& f) {
     return event_seen && plausible_ts(f.ts) ? scan_result::ok : scan_result::malformed;
 }
 
-
 // Queries a dns.* line stands for: one, or its `repeats` (docs/dns.md: a line with
 // "repeats": N says that N more identical queries came).
 std::uint64_t count_of(std::string_view repeats) {

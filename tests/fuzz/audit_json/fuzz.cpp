@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -35,17 +36,6 @@ std::string decoded(const std::string& json, std::size_t size) {
     return std::string(v.as_string());
 }
 
-bool valid_utf8(std::string_view s) {
-    while (!s.empty()) {
-        const cordon::config::utf8::sequence q = cordon::config::utf8::next(s);
-        if (!q.valid) {
-            return false;
-        }
-        s.remove_prefix(q.length);
-    }
-    return true;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -63,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     cordon::config::append_json_string_ascii(ascii_form, all);
     const std::string a = decoded(utf8_form, size);
     check(a == decoded(ascii_form, size), "both forms decode to the same text", size);
-    if (valid_utf8(all)) {
+    if (std::vector<std::uint32_t> cps; cordon::config::utf8::decode(all, cps)) {
         check(a == all, "valid UTF-8 round-trips", size);
     }
     for (const char c : ascii_form) {

@@ -40,6 +40,15 @@ firewall_spec base() {
     return s;
 }
 
+// The conntrack reply rules for base()'s listeners (172.30.0.2: proxy 3128, DNS 53).
+const std::string base_replies =
+    "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 3128 accept comment \"cordon's "
+    "replies\"\n"
+    "\t\tct direction reply ip saddr 172.30.0.2 udp sport 53 accept comment \"cordon's "
+    "replies\"\n"
+    "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 53 accept comment \"cordon's "
+    "replies\"\n";
+
 }  // namespace
 
 TEST_CASE("firewall: sandbox networks reach only the proxy and DNS", "[shim][firewall]") {
@@ -63,13 +72,7 @@ TEST_CASE("firewall: sandbox networks reach only the proxy and DNS", "[shim][fir
           "comment \"no route for a TCP reset to link-local\"\n"
           "\t\tjump refuse");
     // cordon's address is in the sandbox network: its replies (conntrack) pass, first.
-    const std::string replies =
-        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 3128 accept comment \"cordon's "
-        "replies\"\n"
-        "\t\tct direction reply ip saddr 172.30.0.2 udp sport 53 accept comment \"cordon's "
-        "replies\"\n"
-        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 53 accept comment \"cordon's "
-        "replies\"\n";
+    const std::string replies = base_replies;
     const std::string jumps = "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"
                               "\t\tip6 saddr @sandbox_v6 jump sandbox_to_cordon";
     CHECK(chain(t, "input") ==
@@ -258,13 +261,7 @@ TEST_CASE("firewall: interface sandboxes, whatever their source address", "[shim
     const std::string jumps = "\t\tiifname \"docker0\" jump sandbox_iface\n"
                               "\t\tiifname \"veth*\" jump sandbox_iface";
     // cordon's replies first (conntrack): cordon may sit on the sandbox bridge itself.
-    const std::string replies =
-        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 3128 accept comment \"cordon's "
-        "replies\"\n"
-        "\t\tct direction reply ip saddr 172.30.0.2 udp sport 53 accept comment \"cordon's "
-        "replies\"\n"
-        "\t\tct direction reply ip saddr 172.30.0.2 tcp sport 53 accept comment \"cordon's "
-        "replies\"\n";
+    const std::string replies = base_replies;
     CHECK(chain(t, "input") ==
           "\t\ttype filter hook input priority filter; policy accept;\n\t\tiif \"lo\" accept\n" +
               replies + jumps);
