@@ -2,6 +2,7 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -39,6 +40,10 @@ constexpr std::string_view usage =
     "                        capabilities): root-only files become unreadable too\n"
     "  --allow-unix-sockets  let CMD create Unix sockets (refused by default: a read-only\n"
     "                        mount does not stop connect() to a host socket)\n"
+    "  --tty                 give CMD a terminal of the sandbox's own (a pty relayed to\n"
+    "                        this one, which is put in raw mode): for interactive use.\n"
+    "                        Without it, stdin, stdout and stderr are pipes relayed by the\n"
+    "                        shim: CMD never holds this terminal or these files\n"
     "  --quiet               only errors\n"
     "  --admin URL, --admin-token-file FILE (or CORDON_ADMIN, CORDON_ADMIN_TOKEN_FILE)\n"
     "See docs/shim.md for what the sandbox stops and what it does not.\n";
@@ -172,6 +177,8 @@ int run(args a) {
             }
         } else if (k == "--allow-unix-sockets") {
             o.allow_unix_sockets = true;
+        } else if (k == "--tty") {
+            o.tty = true;
         } else if (k == "--quiet") {
             o.quiet = true;
         } else if (!k.starts_with("-")) {
@@ -188,6 +195,10 @@ int run(args a) {
         return 2;
     }
     o.command = std::move(command);
+    if (o.tty && ::isatty(0) == 0) {
+        std::cerr << "cordon run: --tty needs a terminal on stdin\n";
+        return 2;
+    }
     cli_admin admin(target);
     try {
         return shim::run(o, admin);

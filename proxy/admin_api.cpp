@@ -439,6 +439,11 @@ private:
                                      {"failed", rt_.reloads_failed.load()}}},
             {"listen", std::move(listen)},
         };
+        if (const auto& tf = p->source().admin.token_file; tf) {
+            // Not a secret: `cordon run` hides this file from the sandbox by inode (also
+            // when the shim itself reads a copy of the token).
+            o["admin"] = json::object{{"token_file", *tf}};
+        }
         json::object kill{{"engaged", rt_.network_killed.load()}};
         if (!rt_.kill_info.reason.empty()) {
             kill["reason"] = rt_.kill_info.reason;

@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -80,14 +81,9 @@ bool apply_landlock(const std::string& scratch, std::string& error) {
     const std::uint64_t file_write =
         LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? ll_truncate : 0);
     ok = ok && allow("/dev", file_write);
-    // stdin/stdout/stderr as inherited (a terminal of the host's devpts, a log file): so
-    // that reopening /dev/stdout works. Pipes and sockets need no rule.
-    for (int fd = 0; fd <= 2 && ok; ++fd) {
-        struct stat st{};
-        if (::fstat(fd, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISREG(st.st_mode))) {
-            ok = allow("/proc/self/fd/" + std::to_string(fd), file_write);
-        }
-    }
+    // No rule for the inherited stdin, stdout and stderr: they are pipes (or the sandbox's
+    // own pty) that the shim relays, never the operator's files (reopening a host file
+    // through /proc/self/fd/N would write it through the host's writable mount).
     if (!ok || ::syscall(SYS_landlock_restrict_self, rs, 0) != 0) {
         error = errno_text("landlock");
         ::close(rs);
@@ -98,9 +94,17 @@ bool apply_landlock(const std::string& scratch, std::string& error) {
 }
 
 // A seccomp filter for what no agent needs and what widens the kernel's attack surface or
-// reaches around the read-only mounts: Unix sockets (connect() to a host socket such as
-// docker.sock is not stopped by a read-only mount), io_uring (which could create sockets
-// past this filter), new namespaces, the kernel keyrings, bpf and perf events.
+// reaches around the other layers:
+// - socket families are an allow list: AF_INET and AF_INET6 (the relays to cordon),
+//   AF_NETLINK for NETLINK_ROUTE only (getifaddrs, `ip`: the sandbox's own network
+//   namespace), AF_UNIX only when allowed (connect() to a host socket such as docker.sock is
+//   not stopped by a read-only mount) and socketpair(AF_UNIX) always (it reaches nothing
+//   outside). Everything else (AF_VSOCK: the hypervisor at CID 2, a path around the network
+//   namespace; AF_ALG, AF_PACKET, AF_KEY, AF_XDP, ...) fails with EAFNOSUPPORT;
+// - ioctl TIOCSTI and TIOCLINUX: typing into a terminal (the sandbox has no controlling
+//   terminal of the operator's, but a terminal fd could still reach it);
+// - io_uring (it could create sockets past this filter), new namespaces, the kernel
+//   keyrings, bpf and perf events.
 bool apply_seccomp(bool allow_unix_sockets) {
 #if defined(__x86_64__)
     constexpr std::uint32_t arch = AUDIT_ARCH_X86_64;
@@ -112,40 +116,79 @@ bool apply_seccomp(bool allow_unix_sockets) {
     std::vector<sock_filter> f;
     const auto op = [&](std::uint16_t code, std::uint32_t k, std::uint8_t jt = 0,
                         std::uint8_t jf = 0) { f.push_back(sock_filter{code, jt, jf, k}); };
-    const std::uint32_t eperm = SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA);
+    const auto ret = [&](std::uint32_t action) { op(BPF_RET | BPF_K, action); };
+    const auto ret_errno = [&](int e) {
+        ret(SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(e) & SECCOMP_RET_DATA));
+    };
+    // Loads the low 32 bits of argument `i`: the kernel reads socket()'s domain and
+    // protocol as int and ioctl()'s request as unsigned int, so the high bits are ignored
+    // by the kernel too and cannot hide a value from this filter.
+    const auto load_arg = [&](int i) {
+        op(BPF_LD | BPF_W | BPF_ABS,
+           static_cast<std::uint32_t>(offsetof(seccomp_data, args) +
+                                      static_cast<std::size_t>(i) * sizeof(std::uint64_t)));
+    };
+    const auto load_nr = [&] { op(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)); };
     op(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch));
     op(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0);
-    op(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-    op(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr));
+    ret(SECCOMP_RET_KILL_PROCESS);
+    load_nr();
 #if defined(__x86_64__)
     op(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1);  // the x32 ABI
-    op(BPF_RET | BPF_K, eperm);
+    ret_errno(EPERM);
 #endif
     for (const long nr : {SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register,
                           SYS_unshare, SYS_setns, SYS_keyctl, SYS_add_key, SYS_request_key,
                           SYS_bpf, SYS_perf_event_open}) {
         op(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1);
-        op(BPF_RET | BPF_K, eperm);
+        ret_errno(EPERM);
     }
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
     op(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1);
-    op(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS);
+    ret_errno(ENOSYS);
     constexpr std::uint32_t ns_flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC |
                                        CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
                                        CLONE_NEWCGROUP;
     op(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4);
-    op(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0]));
+    load_arg(0);
     op(BPF_JMP | BPF_JSET | BPF_K, ns_flags, 0, 1);
-    op(BPF_RET | BPF_K, eperm);
-    op(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    if (!allow_unix_sockets) {
-        op(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 4);
-        op(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0]));
-        op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1);
-        op(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES);
-        op(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    }
-    op(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    ret_errno(EPERM);
+    ret(SECCOMP_RET_ALLOW);
+
+    // socket(domain, type, protocol): the allow list. (Jump offsets count the instructions
+    // skipped: [+n] below is where each lands.)
+    load_nr();
+    op(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 10);  // not socket: the next block
+    load_arg(0);
+    op(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 7, 0);   // allow
+    op(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 6, 0);  // allow
+    op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1);
+    ret(allow_unix_sockets ? SECCOMP_RET_ALLOW
+                           : SECCOMP_RET_ERRNO | (EACCES & SECCOMP_RET_DATA));
+    op(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 2);  // else: refuse
+    load_arg(2);
+    op(BPF_JMP | BPF_JEQ | BPF_K, 0 /* NETLINK_ROUTE */, 1, 0);  // allow
+    ret_errno(EAFNOSUPPORT);
+    ret(SECCOMP_RET_ALLOW);
+
+    // socketpair(domain, ...): AF_UNIX only.
+    load_nr();
+    op(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 0, 4);
+    load_arg(0);
+    op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1);
+    ret(SECCOMP_RET_ALLOW);
+    ret_errno(EAFNOSUPPORT);
+
+    // ioctl(fd, request, ...): no typing into a terminal.
+    load_nr();
+    op(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 5);
+    load_arg(1);
+    op(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 1, 0);
+    op(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 0, 1);
+    ret_errno(EPERM);
+    ret(SECCOMP_RET_ALLOW);
+
+    ret(SECCOMP_RET_ALLOW);  // everything else
     sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
     return ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0;
 }

@@ -101,7 +101,57 @@ bool matches_at(std::string_view v, std::size_t i, const key_format& f) {
     return true;
 }
 
+bool is_b64(char c) { return is_alnum(c) || c == '/' || c == '+'; }
+
+// A run of exactly 40 base64 characters at word boundaries: the shape of an AWS secret
+// access key (too common a shape to refuse on its own: a git commit id has it too).
+bool has_aws_secret_shape(std::string_view v) {
+    for (std::size_t i = 0; i < v.size();) {
+        if (!is_b64(v[i])) {
+            ++i;
+            continue;
+        }
+        std::size_t n = 0;
+        while (i + n < v.size() && is_b64(v[i + n])) {
+            ++n;
+        }
+        if (n == 40) {
+            return true;
+        }
+        i += n;
+    }
+    return false;
+}
+
+std::string upper(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) {
+        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    return out;
+}
+
 }  // namespace
+
+std::optional<std::string_view> long_lived_key_kind(std::string_view name,
+                                                    std::string_view value) {
+    if (const auto kind = long_lived_key_kind(value)) {
+        return kind;
+    }
+    // An AWS secret access key has no prefix of its own: it is known by its name (the
+    // variable's, or "aws_secret_access_key =" in a pasted credentials file) and its shape.
+    const std::string n = upper(name);
+    const std::string v = upper(value);
+    const bool named = n.find("SECRET_ACCESS_KEY") != std::string::npos ||
+                       (n.find("AWS") != std::string::npos &&
+                        n.find("SECRET") != std::string::npos);
+    const auto in_value = v.find("AWS_SECRET_ACCESS_KEY");
+    if ((named && has_aws_secret_shape(value)) ||
+        (in_value != std::string::npos && has_aws_secret_shape(value.substr(in_value + 21)))) {
+        return "AWS secret access key";
+    }
+    return std::nullopt;
+}
 
 std::optional<std::string_view> long_lived_key_kind(std::string_view value) {
     for (std::size_t i = 0; i < value.size(); ++i) {
@@ -149,7 +199,7 @@ env_result build_env(const env_inputs& in) {
             continue;
         }
         if (!r.allow_long_lived) {
-            if (const auto kind = long_lived_key_kind(it->second)) {
+            if (const auto kind = long_lived_key_kind(r.name, it->second)) {
                 out.refused.push_back(r.name + ": its value looks like a long-lived key (" +
                                       std::string(*kind) +
                                       "); mark it {name: " + r.name +

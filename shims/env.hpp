@@ -17,6 +17,12 @@ namespace cordon::shim {
 /// formats at a word boundary with their minimum lengths, so ordinary words pass.
 std::optional<std::string_view> long_lived_key_kind(std::string_view value);
 
+/// The same for a variable `name=value`: also an AWS secret access key (40 base64
+/// characters) in a variable whose name says so (`*SECRET_ACCESS_KEY*`, `*AWS*SECRET*`), or
+/// after `aws_secret_access_key` in the value (a pasted credentials file).
+std::optional<std::string_view> long_lived_key_kind(std::string_view name,
+                                                    std::string_view value);
+
 /// One variable the job card passes in.
 struct env_request {
     std::string name;

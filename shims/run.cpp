@@ -28,6 +28,7 @@
 #include "shims/relay.hpp"
 #include "shims/sandbox.hpp"
 #include "shims/scratch_watch.hpp"
+#include "shims/stdio_relay.hpp"
 
 extern char** environ;
 
@@ -134,6 +135,10 @@ int run(const run_options& o, admin_port& admin) {
         return !stop_signal.empty();
     };
     ::signal(SIGPIPE, SIG_IGN);
+    // A shim in a terminal's background reading its stdin for the sandbox gets EIO instead
+    // of being stopped (its kill follower must keep running).
+    ::signal(SIGTTIN, SIG_IGN);
+    ::signal(SIGTTOU, SIG_IGN);
     // 1. What the job card says, and where cordon listens.
     const auto card_json = call_json(admin, "GET", "/v1/jobs/" + o.job, "", 200, err);
     if (!card_json) {
@@ -314,8 +319,15 @@ int run(const run_options& o, admin_port& admin) {
     spec.scratch_bytes = o.scratch_bytes;
     spec.never_write = card->never_write;
     spec.hide = o.hide;
+    // The admin token, wherever it is: the shim's own file and the one serve reads (named in
+    // the readable policy), each hidden by inode (bind mounts and hard links too).
     if (!o.admin_token_file.empty()) {
         spec.hide.push_back(o.admin_token_file);
+    }
+    if (const auto* a = status->if_contains("admin"); a && a->is_object()) {
+        if (const std::string tf = str(a->as_object(), "token_file"); !tf.empty()) {
+            spec.hide.push_back(tf);
+        }
     }
     spec.resolv_conf = resolv;
     spec.landlock_required = card->landlock_required;
@@ -330,12 +342,36 @@ int run(const run_options& o, admin_port& admin) {
         end_session("end");
         return exit_killed;
     }
+    // stdin, stdout and stderr: relayed, never the operator's own (docs/shim.md).
+    auto stdio = stdio_relay::create(o.tty, err);
+    if (!stdio) {
+        say(o, err);
+        end_session("end");
+        return 1;
+    }
+    spec.stdio = stdio->sandbox_ends();
+    spec.controlling_tty = stdio->tty();
     net::signal_set children(ioc, SIGCHLD);
     auto sb = start_sandbox(spec, err);
+    stdio->close_sandbox_ends();
     if (!sb) {
+        stdio.reset();  // the terminal back as it was before saying why
         say(o, "cannot start the sandbox: " + err);
         end_session("end");
         return 1;
+    }
+    stdio->start();
+    net::signal_set winch(ioc);
+    std::function<void(boost::system::error_code, int)> on_winch =
+        [&](boost::system::error_code ec, int) {
+            if (!ec) {
+                stdio->resize();
+                winch.async_wait(on_winch);
+            }
+        };
+    if (stdio->tty()) {
+        winch.add(SIGWINCH);
+        winch.async_wait(on_winch);
     }
     poster.start();
     std::string no_cgroup;
@@ -436,6 +472,7 @@ int run(const run_options& o, admin_port& admin) {
     if (sb->control >= 0) {
         ::close(sb->control);
     }
+    stdio->finish();  // the sandbox's last output out; the terminal as it was
     int code = *exit_status;
     if (!kill_why.empty()) {
         code = exit_killed;

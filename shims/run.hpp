@@ -43,6 +43,9 @@ struct run_options {
     std::vector<std::string> hide;     ///< host paths the sandbox may not read
     std::optional<std::pair<unsigned, unsigned>> user;  ///< --user: uid, gid of the command
     bool allow_unix_sockets = false;  ///< --allow-unix-sockets
+    /// --tty: the sandbox gets a pty of its own as its terminal, relayed to the shim's (which
+    /// must be a terminal); without it, stdin, stdout and stderr are pipes the shim relays.
+    bool tty = false;
     bool quiet = false;
 };
 

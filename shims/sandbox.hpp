@@ -1,12 +1,15 @@
 #pragma once
 // Starts a command in new mount, PID, network, IPC and UTS namespaces (and a user namespace
-// when not root): everything read-only but a fresh tmpfs on the scratch dir, never_write
-// enforced again by Landlock, no_new_privs, no capabilities, only loopback, and three
-// listeners on that loopback (the proxy relay and the DNS relay over UDP and TCP) handed to
-// the caller, which relays them out from the host side (shims/relay.hpp).
+// when not root), in a new session without the operator's terminal: a root of its own built
+// from the host's top level (read-only, nosuid, nodev; no foreign proc, sysfs or device
+// filesystems; its own /proc and a minimal /dev) with a fresh tmpfs on the scratch dir,
+// never_write enforced again by Landlock, no_new_privs, no capabilities, only loopback, and
+// three listeners on that loopback (the proxy relay and the DNS relay over UDP and TCP)
+// handed to the caller, which relays them out from the host side (shims/relay.hpp).
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,6 +40,14 @@ struct sandbox_spec {
     /// The seccomp filter refuses socket(AF_UNIX) unless this is set (`--allow-unix-sockets`):
     /// a read-only mount does not stop connect() to a host socket such as docker.sock.
     bool allow_unix_sockets = false;
+    /// The sandbox's stdin, stdout and stderr (pipes or a pty's slave that the shim relays:
+    /// never the operator's own terminal or files, which the command could reopen through
+    /// /proc/self/fd and write through the host's mount). -1: /dev/null's place is left
+    /// closed. The caller closes its copies after start_sandbox.
+    std::array<int, 3> stdio{-1, -1, -1};
+    /// stdio[0] is a pty slave: the command gets it as its controlling terminal (in a new
+    /// session of its own either way, so it never has the operator's).
+    bool controlling_tty = false;
     std::uint16_t proxy_port = 3128;  ///< the relay listeners inside the namespace
     std::uint16_t dns_port = 53;
 };

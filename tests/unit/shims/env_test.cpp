@@ -56,6 +56,41 @@ TEST_CASE("long-lived key shapes are recognised", "[shim][env]") {
     }
 }
 
+TEST_CASE("an AWS secret access key is known by its name and shape", "[shim][env]") {
+    using cordon::shim::long_lived_key_kind;
+    const std::string key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";  // 40 characters
+    struct row {
+        const char* name;
+        std::string value;
+        bool refused;
+    };
+    const std::vector<row> rows{
+        {"AWS_SECRET_ACCESS_KEY", key, true},
+        {"aws_secret_access_key", key, true},
+        {"DEPLOY_AWS_SECRET", key, true},
+        {"MY_SECRET_ACCESS_KEY", "  " + key + "\n", true},
+        {"CREDS", "[default]\naws_access_key_id = x\naws_secret_access_key = " + key, true},
+        {"CREDS", "AWS_SECRET_ACCESS_KEY=" + key, true},
+        // The shape alone is too common: a git commit id is 40 such characters.
+        {"GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567", false},
+        {"REPO_SECRET_COUNT", key, false},
+        // Not 40: one character more or less is not the shape.
+        {"AWS_SECRET_ACCESS_KEY", key + "A", false},
+        {"AWS_SECRET_ACCESS_KEY", key.substr(1), false},
+        {"AWS_SECRET_ACCESS_KEY", "", false},
+    };
+    for (const auto& r : rows) {
+        CAPTURE(r.name, r.value);
+        const auto k = long_lived_key_kind(r.name, r.value);
+        CHECK(k.has_value() == r.refused);
+        if (k) {
+            CHECK(*k == "AWS secret access key");
+        }
+    }
+    // The value-only form still finds the prefixed kinds.
+    CHECK(long_lived_key_kind("X", "AKIAIOSFODNN7EXAMPLE").value() == "AWS access key ID");
+}
+
 namespace {
 bool has(const std::vector<std::string>& env, const std::string& entry) {
     return std::find(env.begin(), env.end(), entry) != env.end();
