@@ -7,6 +7,7 @@
 #include "config/units.hpp"
 #include "proxy/denials_api.hpp"
 #include "proxy/job_card_api.hpp"
+#include "proxy/lifelines.hpp"
 #include "proxy/shim_event.hpp"
 #include "proxy/responses.hpp"
 #include "proxy/runtime.hpp"
@@ -16,6 +17,8 @@
 
 namespace cordon::proxy {
 namespace {
+
+using namespace net::experimental::awaitable_operators;
 
 namespace json = boost::json;
 using request = http::request<http::string_body>;
@@ -199,10 +202,84 @@ std::string sse(const event& e) {
     return "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.json + "\n\n";
 }
 
+// Ends session `id` (it must exist): state, its connections closed, its tokens revoked,
+// audited and published. `by` says who ("admin:CLIENT", "cordon"), `reason` why. Returns
+// how many connections it closed.
+awaitable<std::size_t> end_session_now(runtime& rt, const session_info& before,
+                                       const std::string& by, const std::string& reason) {
+    const std::string id = before.id;
+    rt.sessions.end(id, reason + " (" + by + ")");
+    rt.persist_session(id);
+    const std::function<bool(const live_connection&)> of_session =
+        [&id](const live_connection& c) { return c.session == id; };
+    const std::string why = "session_ended";
+    const std::size_t closed = co_await rt.close_where(of_session, why);
+    for (const auto& t : before.tokens) {
+        if (!t.revoked) {
+            rt.stats.count_tokens_revoked();
+            rt.audit_durable(std::move(rt.record("token.revoke")
+                                           .add("session", id)
+                                           .add("job", before.job)
+                                           .add("token_id", t.id)
+                                           .add("reason", "session ended")
+                                           .add("by", by)));
+        }
+    }
+    rt.audit(std::move(rt.record("session.end")
+                           .add("session", id)
+                           .add("job", before.job)
+                           .add("by", by)
+                           .add("reason", reason)
+                           .add("connections_closed", static_cast<std::uint64_t>(closed))));
+    rt.events->publish("session.end", id,
+                       json::serialize(json::object{
+                           {"session", id}, {"job", before.job}, {"by", by}, {"reason", reason}}));
+    rt.forget_usage(id);
+    co_return closed;
+}
+
+// The lifeline of `cordon run`'s stream (?lifeline=GRACE with ?session=ID): when the last
+// one of a session closes and none reopens within GRACE, cordon ends the session itself.
+std::optional<lifelines::hold> hold_lifeline(runtime& rt, net::any_io_executor control,
+                                             const std::string& session,
+                                             std::string_view grace_text) {
+    const auto grace = config::parse_duration(grace_text);
+    const auto s = rt.sessions.get(session);
+    if (!grace || session.empty() || !s || s->state != session_state::active) {
+        return std::nullopt;
+    }
+    if (!rt.lifelines_) {
+        runtime* r = &rt;
+        rt.lifelines_ = std::make_shared<lifelines>(
+            control, [r, control](const std::string& id) {
+                const auto now = r->sessions.get(id);
+                if (!now || now->state != session_state::active) {
+                    return;  // ended or killed meanwhile: nothing to do
+                }
+                net::co_spawn(control,
+                              end_session_now(*r, *now, "cordon",
+                                              "lifeline lost: the cordon run shim's event "
+                                              "stream closed and did not come back"),
+                              net::detached);
+            });
+    }
+    // At least 1 s: a live shim reconnects within 250 ms.
+    const auto bounded = std::clamp(*grace, std::chrono::milliseconds(1000),
+                                    std::chrono::milliseconds(std::chrono::hours(1)));
+    return rt.lifelines_->open(session, bounded);
+}
+
+awaitable<void> peer_readable(tcp::socket& s) {
+    auto [ec] = co_await s.async_wait(tcp::socket::wait_read, use_nothrow);
+    (void)ec;
+}
+
 // GET /v1/events[?session=ID]: Server-Sent Events until the client goes away. Resumes after
 // Last-Event-ID (or ?after=N): from memory, or from the state store for older ids.
 awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const request& req) {
     const std::string session = query_param(req.target(), "session");
+    const auto lifeline = hold_lifeline(rt, co_await net::this_coro::executor, session,
+                                        query_param(req.target(), "lifeline"));
     std::uint64_t after = rt.events->last_id();
     std::string resume;
     if (const auto h = req.find("Last-Event-ID"); h != req.end()) {
@@ -246,7 +323,14 @@ awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const requ
         }
         after = std::max(after, rt.events->last_id());
         if (out.empty()) {
-            co_await rt.events->wait(after, std::chrono::seconds(15));
+            // An event, the keepalive's time, or the follower gone: it sends nothing after its
+            // request, so a readable socket is a closed one (its lifeline is released now,
+            // not at the next keepalive).
+            const auto woke = co_await (rt.events->wait(after, std::chrono::seconds(15)) ||
+                                        peer_readable(stream.socket()));
+            if (woke.index() == 1) {
+                co_return;
+            }
             if (rt.events->last_id() > after) {
                 continue;
             }
@@ -582,33 +666,8 @@ private:
         if (!before) {
             co_return error(http::status::not_found, "no session " + id);
         }
-        rt_.sessions.end(id, "ended by admin:" + client_);
-        rt_.persist_session(id);
-        const std::function<bool(const live_connection&)> of_session =
-            [&id](const live_connection& c) { return c.session == id; };
-        const std::string why = "session_ended";
-        const std::size_t closed = co_await rt_.close_where(of_session, why);
-        for (const auto& t : before->tokens) {
-            if (!t.revoked) {
-                rt_.stats.count_tokens_revoked();
-                rt_.audit_durable(std::move(rt_.record("token.revoke")
-                                                .add("session", id)
-                                                .add("job", before->job)
-                                                .add("token_id", t.id)
-                                                .add("reason", "session ended")
-                                                .add("by", "admin:" + client_)));
-            }
-        }
-        rt_.audit(std::move(rt_.record("session.end")
-                                .add("session", id)
-                                .add("job", before->job)
-                                .add("by", "admin:" + client_)
-                                .add("connections_closed", static_cast<std::uint64_t>(closed))));
-        rt_.events->publish("session.end", id,
-                            json::serialize(json::object{{"session", id},
-                                                         {"job", before->job},
-                                                         {"by", "admin:" + client_}}));
-        rt_.forget_usage(id);
+        const std::size_t closed =
+            co_await end_session_now(rt_, *before, "admin:" + client_, "ended by admin");
         co_return reply{http::status::ok,
                         json::object{{"id", id}, {"connections_closed", closed}}};
     }

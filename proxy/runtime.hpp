@@ -27,6 +27,8 @@
 
 namespace cordon::proxy {
 
+class lifelines;
+
 /// Per-session usage shared by the session's connections on every worker.
 struct session_usage {
     std::atomic<std::int64_t> tunnels{0};
@@ -202,6 +204,9 @@ public:
     std::unique_ptr<state_store> store;  ///< null when it could not be opened (then killed)
     std::string store_error;
     std::unique_ptr<event_bus> events;   ///< control thread only
+    /// `cordon run`'s lifelines (proxy/lifelines.hpp); made by the admin API on first use.
+    /// Control thread only.
+    std::shared_ptr<lifelines> lifelines_;
     metrics stats;
     denial_table denials;  ///< top denied targets per job (GET /v1/denials)
     /// The alert webhook (alerts.webhook); set by the daemon before the workers start.

@@ -66,7 +66,10 @@ struct follower {
         if (cec) {
             co_return;
         }
+        // lifeline: should this shim die, cordon ends the session once the stream has been
+        // gone for the same grace the shim itself allows (docs/shim.md).
         std::string req = "GET /v1/events?session=" + o.session +
+                          "&lifeline=" + std::to_string(o.grace.count()) + "ms" +
                           " HTTP/1.1\r\nHost: " + o.host + ":" + o.port +
                           "\r\nAuthorization: Bearer " + o.token +
                           "\r\nAccept: text/event-stream\r\nUser-Agent: cordon-run\r\n";

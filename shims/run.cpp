@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "shims/admin_answers.hpp"
 #include "shims/cgroup.hpp"
@@ -111,6 +112,29 @@ std::vector<std::string> hook_env(const std::string& session, const std::string&
 }
 
 }  // namespace
+
+bool end_session_call(admin_port& a, const std::string& id, int attempts,
+                      std::chrono::milliseconds backoff, std::string& err) {
+    for (int i = 0; i < attempts; ++i) {
+        if (i > 0) {
+            std::this_thread::sleep_for(backoff);
+            backoff *= 2;
+        }
+        try {
+            const admin_reply r = a.call("DELETE", "/v1/sessions/" + id, "");
+            if (r.status == 200 || r.status == 404) {
+                return true;  // ended (404: nothing left to end)
+            }
+            err = "DELETE /v1/sessions/" + id + ": " + std::to_string(r.status);
+            if (r.status < 500) {
+                return false;  // refused: trying again changes nothing
+            }
+        } catch (const std::exception& e) {
+            err = e.what();
+        }
+    }
+    return false;
+}
 
 int run(const run_options& o, admin_port& admin) {
     std::string err;
@@ -255,9 +279,10 @@ int run(const run_options& o, admin_port& admin) {
         }
         poster.stop(std::chrono::seconds(5));
         std::string e2;
-        if (!call_json(admin, "DELETE", "/v1/sessions/" + id, "", 200, e2)) {
+        if (!end_session_call(admin, id, 4, std::chrono::milliseconds(150), e2)) {
             say(o, "could not end session " + id + " (" + e2 +
-                       "); its tokens expire by themselves at " + expires);
+                       "); cordon ends it when this shim's event stream has been gone for "
+                       "the grace, and its tokens expire by themselves at " + expires);
         }
         cleanup_tmp();
     };

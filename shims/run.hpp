@@ -49,6 +49,12 @@ struct run_options {
     bool quiet = false;
 };
 
+/// DELETE /v1/sessions/ID: tried up to `attempts` times while the admin API cannot be
+/// reached or answers 5xx (a restart, say), waiting `backoff`, then twice as long each time.
+/// True when the session is ended (or gone: 404); false with `err` otherwise.
+bool end_session_call(admin_port& a, const std::string& id, int attempts,
+                      std::chrono::milliseconds backoff, std::string& err);
+
 /// Runs it all; returns the shim's exit code: CMD's status, 137 when the sandbox was
 /// killed (kill event, signal, lost admin API), 1 when it could not start.
 int run(const run_options& o, admin_port& admin);

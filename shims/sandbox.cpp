@@ -560,8 +560,12 @@ int exit_code(int status) {
 // orphans, and exits with the command's status (the kernel then kills what is left).
 [[noreturn]] void init_main(const sandbox_spec& s, int sock, int lifeline, int userns_sync) {
     // Its memory holds the shim's (the admin token): no core dumps, no ptrace, no
-    // /proc/1/mem for the command.
-    (void)::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    // /proc/1/mem for the command (which the capability check refuses already: the init has
+    // capabilities the command lacks). Only for a root shim: an unprivileged one writes the
+    // init's uid_map and reads its /proc/PID/root, which a non-dumpable init's /proc refuses.
+    if (userns_sync < 0) {
+        (void)::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
     // The sandbox's stdio in place of the operator's, and every other inherited descriptor
     // closed (the host ends of the relays among them: the command must see EOF on stdin).
     for (int fd = 0; fd < 3; ++fd) {

@@ -3,7 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <map>
 #include <string>
 #include <vector>
@@ -62,5 +64,55 @@ TEST_CASE("run: a key-shaped job variable stops it before a session exists", "[s
     ::unsetenv("CORDON_TEST_KEY");
     for (const auto& c : a.calls) {
         CHECK(c.rfind("POST", 0) != 0);  // no session was created
+    }
+}
+
+namespace {
+// Answers each call from a script; throws (unreachable) on "throw".
+class scripted_admin final : public cordon::shim::admin_port {
+public:
+    std::vector<std::string> script;
+    std::size_t calls = 0;
+    cordon::shim::admin_reply call(std::string_view, std::string_view,
+                                   std::string_view) override {
+        const std::string next = calls < script.size() ? script[calls] : "500";
+        ++calls;
+        if (next == "throw") {
+            throw std::runtime_error("connection refused");
+        }
+        return {std::stoi(next), "{}"};
+    }
+};
+}  // namespace
+
+TEST_CASE("run: ending the session is retried while the admin API is away", "[shim][run]") {
+    using cordon::shim::end_session_call;
+    const auto ms = std::chrono::milliseconds(1);
+    std::string err;
+    SECTION("unreachable, then 503, then ended") {
+        scripted_admin a;
+        a.script = {"throw", "503", "200"};
+        CHECK(end_session_call(a, "s-1", 5, ms, err));
+        CHECK(a.calls == 3);
+    }
+    SECTION("already gone counts as ended") {
+        scripted_admin a;
+        a.script = {"404"};
+        CHECK(end_session_call(a, "s-1", 5, ms, err));
+        CHECK(a.calls == 1);
+    }
+    SECTION("a refusal is not retried") {
+        scripted_admin a;
+        a.script = {"401"};
+        CHECK_FALSE(end_session_call(a, "s-1", 5, ms, err));
+        CHECK(a.calls == 1);
+        CHECK(err.find("401") != std::string::npos);
+    }
+    SECTION("gives up after the attempts, saying why") {
+        scripted_admin a;
+        a.script = {"throw", "throw", "throw"};
+        CHECK_FALSE(end_session_call(a, "s-1", 3, ms, err));
+        CHECK(a.calls == 3);
+        CHECK(err == "connection refused");
     }
 }
