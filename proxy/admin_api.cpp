@@ -202,11 +202,11 @@ std::string sse(const event& e) {
     return "id: " + std::to_string(e.id) + "\nevent: " + e.type + "\ndata: " + e.json + "\n\n";
 }
 
-// Ends session `id` (it must exist): state, its connections closed, its tokens revoked,
+// Ends session `before` (as it was): state, its connections closed, its tokens revoked,
 // audited and published. `by` says who ("admin:CLIENT", "cordon"), `reason` why. Returns
-// how many connections it closed.
-awaitable<std::size_t> end_session_now(runtime& rt, const session_info& before,
-                                       const std::string& by, const std::string& reason) {
+// how many connections it closed. Arguments by value: the lifeline co_spawns it.
+awaitable<std::size_t> end_session_now(runtime& rt, session_info before, std::string by,
+                                       std::string reason) {
     const std::string id = before.id;
     rt.sessions.end(id, reason + " (" + by + ")");
     rt.persist_session(id);

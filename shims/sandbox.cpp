@@ -216,10 +216,8 @@ std::vector<std::string> mirror_top_level(int sock, const std::string& root) {
     return bound;
 }
 
-// Makes the root built at `root` the process's root: pivot_root, and the old root detached.
-// Inside a chroot (the root is not a mount point, pivot_root refuses) the new root is moved
-// over "/" and chrooted into instead: what lies beneath stays unreachable (the command has
-// no CAP_SYS_CHROOT and no descriptor of the old root).
+// Makes the root built at `root` the process's root: pivot_root, and the old root detached
+// (nothing of it stays reachable).
 void switch_root(int sock, const std::string& root) {
     if (::chdir(root.c_str()) < 0) {
         fail(sock, errno_text("chdir " + root));
@@ -228,20 +226,11 @@ void switch_root(int sock, const std::string& root) {
     if (::mkdir(old.c_str(), 0700) < 0) {
         fail(sock, errno_text("mkdir " + old));
     }
-    if (::syscall(SYS_pivot_root, root.c_str(), old.c_str()) == 0) {
-        if (::chdir("/") < 0 || ::umount2("/.oldroot", MNT_DETACH) < 0 ||
-            ::rmdir("/.oldroot") < 0) {
-            fail(sock, errno_text("detaching the old root"));
-        }
-        return;
-    }
-    if (errno != EINVAL) {
+    if (::syscall(SYS_pivot_root, root.c_str(), old.c_str()) < 0) {
         fail(sock, errno_text("pivot_root"));
     }
-    (void)::rmdir(old.c_str());
-    if (::mount(root.c_str(), "/", nullptr, MS_MOVE, nullptr) < 0 || ::chroot(".") < 0 ||
-        ::chdir("/") < 0) {
-        fail(sock, errno_text("moving the sandbox root over /"));
+    if (::chdir("/") < 0 || ::umount2("/.oldroot", MNT_DETACH) < 0 || ::rmdir("/.oldroot") < 0) {
+        fail(sock, errno_text("detaching the old root"));
     }
 }
 
@@ -406,7 +395,10 @@ void read_only(int sock, const std::string& path) {
 
 void setup_mounts(int sock, const sandbox_spec& s) {
     if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) {
-        fail(sock, errno_text("making / private"));
+        fail(sock, errno_text("making / private") +
+                       (errno == EINVAL ? " (is / a chroot's directory rather than a mount? "
+                                          "bind-mount the chroot onto itself first)"
+                                        : ""));
     }
     std::array<int, dev_nodes.size()> held{};
     for (std::size_t i = 0; i < dev_nodes.size(); ++i) {

@@ -347,6 +347,10 @@ class ContainmentTest(unittest.TestCase):
                                       e.get("event") == "session.end")
         self.assertTrue(evs)
         self.assertIn("lifeline", json.dumps(evs[-1]))
+        # ... and cordon is still there to serve the next one.
+        time.sleep(0.2)
+        self.assertTrue(self.cordon.alive(), self.cordon.stderr_text())
+        self.assertEqual(self.cordon.admin("GET", "/v1/status")[0], 200)
 
     def test_aws_secret_access_key_in_job_env_is_refused(self):
         secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
