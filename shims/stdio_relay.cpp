@@ -256,6 +256,14 @@ void stdio_relay::finish(int drain_ms) {
         s.in_thread.join();
     }
     s.restore_terminal();
+    if (::isatty(0) != 0) {
+        // What the sandbox's last output made the terminal answer (a title or status report
+        // queried by an escape sequence) would otherwise be read by the operator's shell as
+        // typed input once the shim exits: give the terminal a moment to answer, then
+        // discard its unread input.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        (void)::tcflush(0, TCIFLUSH);
+    }
 }
 
 }  // namespace cordon::shim

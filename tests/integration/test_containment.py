@@ -116,11 +116,13 @@ class ContainmentTest(unittest.TestCase):
 
     # -- 1. terminal injection ---------------------------------------------------------
 
-    def on_a_terminal(self, shim_cmd):
+    def on_a_terminal(self, shim_cmd, answer=None):
         """Runs `shim_cmd` the way an operator does: in a shell on a terminal that is the
         shell's controlling tty, then lets the shell read one line from that terminal. What
         the shell reads is what the agent could make the operator's shell run. Returns
-        (the line the shell read, everything the terminal showed)."""
+        (the line the shell read, everything the terminal showed). `answer`: (query, reply)
+        bytes: the terminal answers the query as soon as it is shown, as terminals answer
+        status and title reports."""
         master, slave = pty.openpty()
         quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in shim_cmd)
         script = f"{quoted}; echo SHIM-DONE; read line; echo \"GOT:$line:END\""
@@ -147,6 +149,8 @@ class ContainmentTest(unittest.TestCase):
                     if not chunk:
                         break
                     seen += chunk
+                    if answer and answer[0] in chunk:
+                        os.write(master, answer[1])
                 if not sent and b"SHIM-DONE" in seen:
                     time.sleep(0.2)  # what the agent queued is read first, if anything
                     os.write(master, b"operator-typed\n")
@@ -173,6 +177,17 @@ class ContainmentTest(unittest.TestCase):
                     self.assertFalse(res[k]["ok"], (k, res[k]))
                 # No controlling terminal at all: stdio are pipes the shim relays.
                 self.assertEqual(res["isatty"]["value"], [False, False, False])
+
+    def test_a_terminals_answer_to_the_last_output_never_reaches_the_shell(self):
+        # The agent's last words query the terminal (a window title report); a terminal that
+        # answers types the answer, and after the shim exits the operator's shell would read
+        # it as a command.
+        query = "printf 'bye\\033[21t'"
+        for opts in ([], ["--tty"]):
+            with self.subTest(opts=opts):
+                got, text = self.on_a_terminal(self.shim_args("sh", "-c", query, opts=opts),
+                                               answer=(b"\x1b[21t", b"touch /tmp/pwned\n"))
+                self.assertEqual(got, "operator-typed", text[-3000:])
 
     def test_tty_mode_gives_a_terminal_of_the_sandboxs_own(self):
         got, text = self.on_a_terminal(
