@@ -115,7 +115,7 @@ std::vector<mount_entry> my_mounts() { return parse_mountinfo(read_text("/proc/s
 // The new root is built on a tmpfs mounted over /dev (every Linux has /dev, the sandbox gets
 // a /dev of its own anyway, and the host's /tmp, where scratch often lives, stays visible
 // while the root is built), then made the root.
-constexpr const char* base = "/dev";
+constexpr const char* root_base = "/dev";
 // In the new root: an empty read-only file bound over hidden files (reads as empty, on a
 // filesystem that has no devices).
 constexpr const char* empty_file = "/.cordon-empty";
@@ -406,7 +406,7 @@ void setup_mounts(int sock, const sandbox_spec& s) {
     }
     // 1. The new root, built from an allow list: the host's top level but /proc, /sys and
     //    /dev; the sandbox's own /proc and /dev; an empty /sys.
-    const std::string root = base;
+    const std::string root = root_base;
     if (::mount("cordon-root", root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") <
         0) {
         fail(sock, errno_text("tmpfs for the sandbox root"));
