@@ -523,11 +523,24 @@ private:
                                      {"failed", rt_.reloads_failed.load()}}},
             {"listen", std::move(listen)},
         };
-        if (const auto& tf = p->source().admin.token_file; tf) {
-            // Not a secret: `cordon run` hides this file from the sandbox by inode (also
-            // when the shim itself reads a copy of the token).
-            o["admin"] = json::object{{"token_file", *tf}};
+        // What a sandbox on this host must not read (`cordon run` hides each): cordon's
+        // secrets (the admin token, the admin TLS key, the policy, which may hold the
+        // webhook's secret URL and headers) and its records (audit log, state store). The
+        // paths themselves are no secret.
+        json::array hide;
+        const auto& src = p->source();
+        if (src.admin.token_file) {
+            hide.emplace_back(*src.admin.token_file);
         }
+        if (src.admin.tls) {
+            hide.emplace_back(src.admin.tls->key);
+        }
+        if (!rt_.config_path().empty()) {
+            hide.emplace_back(rt_.config_path());
+        }
+        hide.emplace_back(src.audit.path);
+        hide.emplace_back(src.state.path);
+        o["hide_from_sandboxes"] = std::move(hide);
         json::object kill{{"engaged", rt_.network_killed.load()}};
         if (!rt_.kill_info.reason.empty()) {
             kill["reason"] = rt_.kill_info.reason;

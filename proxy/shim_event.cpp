@@ -53,7 +53,7 @@ std::optional<audit_record> parse_shim_event(std::string_view body, std::string_
     const std::string event(o->at("event").as_string());
     std::set<std::string> allowed;
     if (event == "file.write") {
-        allowed = {"event", "path", "size"};
+        allowed = {"event", "path", "size", "not_audited"};
     } else if (event == "identity.mint") {
         allowed = {"event", "ok", "exit_code", "duration_ms", "bytes", "to"};
     } else if (event == "identity.revoke") {
@@ -112,7 +112,9 @@ std::optional<audit_record> parse_shim_event(std::string_view body, std::string_
             return std::nullopt;
         }
         r.add("path", redact_text(path));
-        if (!get_uint("size", true)) {
+        // not_audited: the shim's count of writes it could not report (over its rate, in an
+        // unwatched directory), posted once at the end with the scratch dir as path.
+        if (!get_uint("size", true) || !get_uint("not_audited", false)) {
             return std::nullopt;
         }
         return r;

@@ -104,7 +104,7 @@ bool apply_landlock(const std::string& scratch, std::string& error) {
 // - ioctl TIOCSTI and TIOCLINUX: typing into a terminal (the sandbox has no controlling
 //   terminal of the operator's, but a terminal fd could still reach it);
 // - io_uring (it could create sockets past this filter), new namespaces, the kernel
-//   keyrings, bpf and perf events.
+//   keyrings, bpf, perf events and userfaultfd (a favourite of kernel race exploits).
 bool apply_seccomp(bool allow_unix_sockets) {
 #if defined(__x86_64__)
     constexpr std::uint32_t arch = AUDIT_ARCH_X86_64;
@@ -139,7 +139,7 @@ bool apply_seccomp(bool allow_unix_sockets) {
 #endif
     for (const long nr : {SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register,
                           SYS_unshare, SYS_setns, SYS_keyctl, SYS_add_key, SYS_request_key,
-                          SYS_bpf, SYS_perf_event_open}) {
+                          SYS_bpf, SYS_perf_event_open, SYS_userfaultfd}) {
         op(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1);
         ret_errno(EPERM);
     }
@@ -171,13 +171,19 @@ bool apply_seccomp(bool allow_unix_sockets) {
     ret_errno(EAFNOSUPPORT);
     ret(SECCOMP_RET_ALLOW);
 
-    // socketpair(domain, ...): AF_UNIX only.
+    // socketpair(domain, type, ...): AF_UNIX streams and seqpackets only. A datagram pair
+    // is not bound to its peer: sendto() or connect() on it reaches any host datagram socket
+    // by path (journald, syslog, /run/systemd/notify).
     load_nr();
-    op(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 0, 4);
+    op(BPF_JMP | BPF_JEQ | BPF_K, SYS_socketpair, 0, 8);
     load_arg(0);
-    op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1);
-    ret(SECCOMP_RET_ALLOW);
+    op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 4);  // else: refuse
+    load_arg(1);
+    op(BPF_ALU | BPF_AND | BPF_K, 0xf);  // SOCK_TYPE_MASK: without NONBLOCK/CLOEXEC
+    op(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 2, 0);     // allow
+    op(BPF_JMP | BPF_JEQ | BPF_K, SOCK_SEQPACKET, 1, 0);  // allow
     ret_errno(EAFNOSUPPORT);
+    ret(SECCOMP_RET_ALLOW);
 
     // ioctl(fd, request, ...): no typing into a terminal.
     load_nr();

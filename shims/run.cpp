@@ -344,14 +344,17 @@ int run(const run_options& o, admin_port& admin) {
     spec.scratch_bytes = o.scratch_bytes;
     spec.never_write = card->never_write;
     spec.hide = o.hide;
-    // The admin token, wherever it is: the shim's own file and the one serve reads (named in
-    // the readable policy), each hidden by inode (bind mounts and hard links too).
+    // The admin token, wherever it is: the shim's own file and what serve names in
+    // hide_from_sandboxes (its token file, TLS key, policy, audit and state dirs), files
+    // hidden by inode (bind mounts and hard links too), directories covered.
     if (!o.admin_token_file.empty()) {
         spec.hide.push_back(o.admin_token_file);
     }
-    if (const auto* a = status->if_contains("admin"); a && a->is_object()) {
-        if (const std::string tf = str(a->as_object(), "token_file"); !tf.empty()) {
-            spec.hide.push_back(tf);
+    if (const auto* h = status->if_contains("hide_from_sandboxes"); h && h->is_array()) {
+        for (const auto& v : h->as_array()) {
+            if (v.is_string() && !v.as_string().empty() && v.as_string().front() == '/') {
+                spec.hide.emplace_back(v.as_string());
+            }
         }
     }
     spec.resolv_conf = resolv;
@@ -406,12 +409,14 @@ int run(const run_options& o, admin_port& admin) {
     }
     start_proxy_relay(ioc, sb->proxy_listener, *proxy);
     start_dns_relay(ioc, sb->dns_udp, sb->dns_tcp, dns, id + ":" + token);
+    std::unique_ptr<scratch_watch> watch;
     if (!card->scratch.empty()) {
-        start_scratch_watch(ioc, "/proc/" + std::to_string(sb->init) + "/root" + card->scratch,
-                            card->scratch, [&poster](std::string path, std::uint64_t size) {
-                                poster.post(json::serialize(json::object{
-                                    {"event", "file.write"}, {"path", path}, {"size", size}}));
-                            });
+        watch = scratch_watch::start(
+            "/proc/" + std::to_string(sb->init) + "/root" + card->scratch, card->scratch,
+            [&poster](std::string path, std::uint64_t size) {
+                poster.post(json::serialize(
+                    json::object{{"event", "file.write"}, {"path", path}, {"size", size}}));
+            });
     }
 
     std::optional<int> exit_status;
@@ -498,6 +503,17 @@ int run(const run_options& o, admin_port& admin) {
         ::close(sb->control);
     }
     stdio->finish();  // the sandbox's last output out; the terminal as it was
+    if (watch) {
+        watch->stop();
+        if (const std::uint64_t lost = watch->not_audited(); lost > 0) {
+            say(o, std::to_string(lost) + " writes in scratch were not audited (rate or "
+                                          "directory limits)");
+            poster.post(json::serialize(json::object{{"event", "file.write"},
+                                                     {"path", printable_path(card->scratch)},
+                                                     {"size", 0},
+                                                     {"not_audited", lost}}));
+        }
+    }
     int code = *exit_status;
     if (!kill_why.empty()) {
         code = exit_killed;

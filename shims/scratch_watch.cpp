@@ -1,98 +1,223 @@
 #include "shims/scratch_watch.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-
 #include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
-#include <memory>
-#include <string_view>
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
+
+#include "config/utf8.hpp"
 
 namespace cordon::shim {
 namespace {
 
-namespace net = boost::asio;
-
 constexpr std::size_t max_watches = 8192;
-constexpr std::uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE;
+constexpr std::uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_ONLYDIR;
+// Directory entries walked per second (new directories' contents) and files reported per
+// second: an agent's storm of writes costs the shim a bounded share of one core.
+constexpr double walk_rate = 20'000;
+constexpr double report_rate = 500;
+constexpr std::size_t max_depth = 512;
 
-struct watcher : std::enable_shared_from_this<watcher> {
-    watcher(net::io_context& ioc, int fd) : sd(ioc, fd) {}
-    net::posix::stream_descriptor sd;
-    std::string host_root;
+using clock = std::chrono::steady_clock;
+
+class bucket {
+public:
+    bucket(double rate, double burst) : rate_(rate), burst_(burst), tokens_(burst) {}
+    bool take() {
+        const auto now = clock::now();
+        tokens_ = std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
+        last_ = now;
+        if (tokens_ < 1) {
+            return false;
+        }
+        tokens_ -= 1;
+        return true;
+    }
+
+private:
+    double rate_, burst_, tokens_;
+    clock::time_point last_ = clock::now();
+};
+
+// openat2 beneath `root` with no symlink (nor magic link) anywhere in `rel`.
+int open_beneath(int root, const std::string& rel, std::uint64_t flags) {
+    open_how how{};
+    how.flags = flags | O_CLOEXEC | O_NOFOLLOW;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    const std::string p = rel.empty() ? std::string(".") : rel;
+    return static_cast<int>(::syscall(SYS_openat2, root, p.c_str(), &how, sizeof how));
+}
+
+}  // namespace
+
+std::string printable_path(std::string_view path) {
+    std::string out;
+    out.reserve(path.size());
+    while (!path.empty()) {
+        const auto s = config::utf8::next(path);
+        if (s.valid) {
+            out.append(path.substr(0, s.length));
+        } else {
+            for (std::size_t i = 0; i < s.length; ++i) {
+                std::array<char, 5> b{};
+                std::snprintf(b.data(), b.size(), "\\x%02X",
+                              static_cast<unsigned>(static_cast<unsigned char>(path[i])));
+                out.append(b.data());
+            }
+        }
+        path.remove_prefix(s.length);
+    }
+    return out;
+}
+
+struct scratch_watch::impl {
+    struct node {
+        int parent = -1;  // -1: the scratch root
+        std::string name;
+    };
+    int ifd = -1;
+    int root = -1;  // scratch, opened once before the command starts
+    int stop_r = -1, stop_w = -1;
     std::string sandbox_root;
-    std::map<int, std::string> dirs;  ///< watch descriptor -> path relative to the root
-    std::function<void(std::string, std::uint64_t)> on_write;
-    bool warned = false;
+    on_write_fn on_write;
+    std::map<int, node> nodes;  // watch descriptor -> where it is
+    bucket walks{walk_rate, walk_rate};
+    bucket reports{report_rate, 2 * report_rate};
+    std::atomic<std::uint64_t> dropped{0};
+    bool warned_cap = false;
+    bool warned_rate = false;
+    std::thread thread;
     std::array<char, 64 * 1024> buf{};
 
-    void add_dir(const std::string& rel) {
-        if (dirs.size() >= max_watches) {
-            if (!warned) {
-                warned = true;
-                std::cerr << "cordon run: more than " << max_watches
-                          << " directories in scratch: writes below the rest are not audited\n";
+    ~impl() {
+        for (int fd : {ifd, root, stop_r, stop_w}) {
+            if (fd >= 0) {
+                ::close(fd);
             }
+        }
+    }
+
+    // The path of directory `wd` relative to scratch ("" for scratch), or nullopt.
+    std::optional<std::string> rel_of(int wd) const {
+        std::vector<const std::string*> parts;
+        for (std::size_t depth = 0; wd != -1; ++depth) {
+            const auto it = nodes.find(wd);
+            if (it == nodes.end() || depth > max_depth) {
+                return std::nullopt;
+            }
+            if (it->second.parent != -1 || !it->second.name.empty()) {
+                parts.push_back(&it->second.name);
+            }
+            wd = it->second.parent;
+        }
+        std::string rel;
+        for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
+            rel += (rel.empty() ? "" : "/") + **p;
+        }
+        return rel;
+    }
+
+    void lost(std::uint64_t n, const char* why) {
+        dropped += n;
+        if (!warned_rate) {
+            warned_rate = true;
+            std::cerr << "cordon run: scratch changes faster than they can be audited (" << why
+                      << "): some writes are not audited (counted)\n";
+        }
+    }
+
+    void report(int dir_fd, const std::string& rel_dir, const std::string& name) {
+        struct stat st{};
+        if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
             return;
         }
-        const std::string p = host_root + rel;
-        const int wd = ::inotify_add_watch(sd.native_handle(), p.c_str(), mask);
-        if (wd < 0) {
+        if (!reports.take()) {
+            lost(1, "report rate");
             return;
         }
-        dirs[wd] = rel;
-        // What appeared before the watch did (mkdir -p, a file written at once) is
-        // reported now.
-        DIR* d = ::opendir(p.c_str());
-        if (d == nullptr) {
-            return;
-        }
-        std::vector<std::pair<std::string, bool>> entries;
-        while (const dirent* e = ::readdir(d)) {
-            const std::string_view name(e->d_name);
-            if (name == "." || name == "..") {
+        const std::string rel = rel_dir.empty() ? name : rel_dir + "/" + name;
+        on_write(printable_path(sandbox_root + "/" + rel), static_cast<std::uint64_t>(st.st_size));
+    }
+
+    // Watches directory `name` in `parent` (a new one: its contents so far are reported, its
+    // subdirectories watched too; a known one moved: its place updated, nothing walked).
+    void add_dir(int parent, const std::string& name) {
+        std::vector<std::pair<int, std::string>> todo{{parent, name}};
+        while (!todo.empty()) {
+            auto [p, n] = std::move(todo.back());
+            todo.pop_back();
+            const auto prel = p == -1 && n.empty() ? std::optional<std::string>("") : rel_of(p);
+            if (!prel) {
                 continue;
             }
-            entries.emplace_back(std::string(name), e->d_type == DT_DIR);
-        }
-        ::closedir(d);
-        for (const auto& [name, is_dir] : entries) {
-            const std::string child = rel + "/" + name;
-            if (is_dir) {
-                add_dir(child);
-            } else {
-                report(child);
+            const std::string rel = n.empty() ? *prel : (prel->empty() ? n : *prel + "/" + n);
+            const int fd = open_beneath(root, rel, O_RDONLY | O_DIRECTORY);
+            if (fd < 0) {
+                continue;  // gone, or a symlink: never followed
             }
+            const std::string via = "/proc/self/fd/" + std::to_string(fd);
+            const int wd = ::inotify_add_watch(ifd, via.c_str(), mask);
+            if (wd < 0) {
+                ::close(fd);
+                continue;
+            }
+            if (const auto known = nodes.find(wd); known != nodes.end()) {
+                known->second = node{p, n};  // moved within scratch
+                ::close(fd);
+                continue;
+            }
+            if (nodes.size() >= max_watches) {
+                (void)::inotify_rm_watch(ifd, wd);
+                ::close(fd);
+                lost(1, "directory cap");
+                if (!warned_cap) {
+                    warned_cap = true;
+                    std::cerr << "cordon run: more than " << max_watches
+                              << " directories in scratch: writes below the rest are not "
+                                 "audited\n";
+                }
+                continue;
+            }
+            nodes[wd] = node{p, n};
+            // What appeared before the watch did (mkdir -p, a file written at once).
+            DIR* d = ::fdopendir(fd);
+            if (d == nullptr) {
+                ::close(fd);
+                continue;
+            }
+            while (const dirent* e = ::readdir(d)) {
+                const std::string entry(e->d_name);
+                if (entry == "." || entry == "..") {
+                    continue;
+                }
+                if (!walks.take()) {
+                    lost(1, "walk rate");
+                    break;
+                }
+                if (e->d_type == DT_DIR) {
+                    todo.emplace_back(wd, entry);
+                } else if (e->d_type == DT_REG || e->d_type == DT_UNKNOWN) {
+                    report(::dirfd(d), rel, entry);
+                }
+            }
+            ::closedir(d);
         }
-    }
-
-    void report(const std::string& rel) {
-        struct stat st{};
-        const std::string p = host_root + rel;
-        if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-            on_write(sandbox_root + rel, static_cast<std::uint64_t>(st.st_size));
-        }
-    }
-
-    void read() {
-        sd.async_read_some(net::buffer(buf),
-                           [self = shared_from_this()](boost::system::error_code ec,
-                                                       std::size_t n) {
-                               if (ec) {
-                                   return;
-                               }
-                               self->on_events(n);
-                               self->read();
-                           });
     }
 
     void on_events(std::size_t n) {
@@ -105,47 +230,103 @@ struct watcher : std::enable_shared_from_this<watcher> {
             if (off > n) {
                 break;
             }
-            const auto it = dirs.find(ev.wd);
-            if (it == dirs.end() || ev.len == 0) {
+            if ((ev.mask & IN_Q_OVERFLOW) != 0) {
+                lost(1, "inotify queue overflow");
                 continue;
             }
-            const std::string rel = it->second + "/" + std::string(name_ptr, ::strnlen(name_ptr, ev.len));
+            if ((ev.mask & IN_IGNORED) != 0) {
+                nodes.erase(ev.wd);  // the directory is gone
+                continue;
+            }
+            if (ev.len == 0 || !nodes.contains(ev.wd)) {
+                continue;
+            }
+            const std::string name(name_ptr, ::strnlen(name_ptr, ev.len));
             if ((ev.mask & IN_ISDIR) != 0) {
                 if ((ev.mask & (IN_CREATE | IN_MOVED_TO)) != 0) {
-                    add_dir(rel);
+                    add_dir(ev.wd, name);
                 }
                 continue;
             }
             if ((ev.mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) != 0) {
-                report(rel);
+                const auto rel = rel_of(ev.wd);
+                const int dfd = rel ? open_beneath(root, *rel, O_PATH | O_DIRECTORY) : -1;
+                if (dfd >= 0) {
+                    report(dfd, *rel, name);
+                    ::close(dfd);
+                }
             }
+        }
+    }
+
+    void loop() {
+        for (;;) {
+            pollfd pf[2] = {{ifd, POLLIN, 0}, {stop_r, POLLIN, 0}};
+            if (::poll(pf, 2, -1) < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                return;
+            }
+            if (pf[1].revents != 0) {
+                return;
+            }
+            const ssize_t r = ::read(ifd, buf.data(), buf.size());
+            if (r < 0 && (errno == EINTR || errno == EAGAIN)) {
+                continue;
+            }
+            if (r <= 0) {
+                return;
+            }
+            on_events(static_cast<std::size_t>(r));
         }
     }
 };
 
-}  // namespace
-
-bool start_scratch_watch(boost::asio::io_context& ioc, const std::string& host_path,
-                         const std::string& sandbox_path,
-                         std::function<void(std::string path, std::uint64_t size)> on_write) {
-    const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fd < 0) {
+std::unique_ptr<scratch_watch> scratch_watch::start(const std::string& host_path,
+                                                    const std::string& sandbox_path,
+                                                    on_write_fn on_write) {
+    auto p = std::make_unique<impl>();
+    p->ifd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (p->ifd < 0) {
         std::cerr << "cordon run: inotify unavailable (" << std::strerror(errno)
                   << "): scratch writes are not audited\n";
-        return false;
+        return nullptr;
     }
-    auto w = std::make_shared<watcher>(ioc, fd);
-    w->host_root = host_path;
-    w->sandbox_root = sandbox_path;
-    w->on_write = std::move(on_write);
-    w->add_dir("");
-    if (w->dirs.empty()) {
+    p->root = ::open(host_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int stop[2];
+    if (p->root < 0 || ::pipe2(stop, O_CLOEXEC) < 0) {
         std::cerr << "cordon run: cannot watch " << host_path << ": scratch writes are not "
                   << "audited\n";
-        return false;
+        return nullptr;
     }
-    w->read();
-    return true;
+    p->stop_r = stop[0];
+    p->stop_w = stop[1];
+    p->sandbox_root = sandbox_path;
+    p->on_write = std::move(on_write);
+    p->add_dir(-1, "");
+    if (p->nodes.empty()) {
+        std::cerr << "cordon run: cannot watch " << host_path << ": scratch writes are not "
+                  << "audited\n";
+        return nullptr;
+    }
+    impl* raw = p.get();
+    p->thread = std::thread([raw] { raw->loop(); });
+    return std::unique_ptr<scratch_watch>(new scratch_watch(std::move(p)));
 }
+
+scratch_watch::scratch_watch(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+
+scratch_watch::~scratch_watch() { stop(); }
+
+void scratch_watch::stop() {
+    if (p_->thread.joinable()) {
+        const char c = 'x';
+        (void)::write(p_->stop_w, &c, 1);
+        p_->thread.join();
+    }
+}
+
+std::uint64_t scratch_watch::not_audited() const { return p_->dropped.load(); }
 
 }  // namespace cordon::shim

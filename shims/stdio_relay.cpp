@@ -256,13 +256,29 @@ void stdio_relay::finish(int drain_ms) {
         s.in_thread.join();
     }
     s.restore_terminal();
-    if (::isatty(0) != 0) {
-        // What the sandbox's last output made the terminal answer (a title or status report
-        // queried by an escape sequence) would otherwise be read by the operator's shell as
-        // typed input once the shim exits: give the terminal a moment to answer, then
-        // discard its unread input.
+    // What the sandbox's last output made a terminal answer (a title or status report
+    // queried by an escape sequence) would otherwise be read by the operator's shell as typed
+    // input once the shim exits: give the terminal a moment to answer, then discard its
+    // unread input. Every terminal the output may have reached: stdin, stdout, stderr, and
+    // the controlling terminal (stdin may be a file while stdout is the terminal).
+    std::vector<int> ttys;
+    for (int fd = 0; fd < 3; ++fd) {
+        if (::isatty(fd) != 0) {
+            ttys.push_back(fd);
+        }
+    }
+    const int ctty = ::open("/dev/tty", O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (ctty >= 0) {
+        ttys.push_back(ctty);
+    }
+    if (!ttys.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        (void)::tcflush(0, TCIFLUSH);
+        for (const int fd : ttys) {
+            (void)::tcflush(fd, TCIFLUSH);
+        }
+    }
+    if (ctty >= 0) {
+        ::close(ctty);
     }
 }
 

@@ -116,7 +116,7 @@ class ContainmentTest(unittest.TestCase):
 
     # -- 1. terminal injection ---------------------------------------------------------
 
-    def on_a_terminal(self, shim_cmd, answer=None):
+    def on_a_terminal(self, shim_cmd, answer=None, shim_stdin=""):
         """Runs `shim_cmd` the way an operator does: in a shell on a terminal that is the
         shell's controlling tty, then lets the shell read one line from that terminal. What
         the shell reads is what the agent could make the operator's shell run. Returns
@@ -125,7 +125,7 @@ class ContainmentTest(unittest.TestCase):
         status and title reports."""
         master, slave = pty.openpty()
         quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in shim_cmd)
-        script = f"{quoted}; echo SHIM-DONE; read line; echo \"GOT:$line:END\""
+        script = f"{quoted}{shim_stdin}; echo SHIM-DONE; read line; echo \"GOT:$line:END\""
 
         def ctty():
             os.setsid()
@@ -183,10 +183,13 @@ class ContainmentTest(unittest.TestCase):
         # answers types the answer, and after the shim exits the operator's shell would read
         # it as a command.
         query = "printf 'bye\\033[21t'"
-        for opts in ([], ["--tty"]):
-            with self.subTest(opts=opts):
+        # ... also when only the output is the terminal (stdin a file or /dev/null).
+        for opts, stdin in (([], ""), (["--tty"], ""), ([], " </dev/null"),
+                            ([], " </etc/hostname")):
+            with self.subTest(opts=opts, stdin=stdin):
                 got, text = self.on_a_terminal(self.shim_args("sh", "-c", query, opts=opts),
-                                               answer=(b"\x1b[21t", b"touch /tmp/pwned\n"))
+                                               answer=(b"\x1b[21t", b"touch /tmp/pwned\n"),
+                                               shim_stdin=stdin)
                 self.assertEqual(got, "operator-typed", text[-3000:])
 
     def test_tty_mode_gives_a_terminal_of_the_sandboxs_own(self):
@@ -278,11 +281,32 @@ class ContainmentTest(unittest.TestCase):
     # -- 4. socket families ---------------------------------------------------------------
 
     def test_only_inet_inet6_and_unix_pairs_are_allowed(self):
-        res, _ = self.agent("families")
-        for k in ("inet_tcp", "inet6_udp", "netlink_route", "unix_socketpair"):
+        # A host datagram socket (journald, syslog, systemd's notify socket are such).
+        d = self.tmp.join("dgram")
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o755)
+        path = os.path.join(d, "host.sock")
+        if os.path.exists(path):
+            os.unlink(path)
+        host = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        host.bind(path)
+        os.chmod(path, 0o777)
+        host.settimeout(0.5)
+        try:
+            res, _ = self.agent("families", path)
+            try:
+                got = host.recv(100)
+            except socket.timeout:
+                got = None
+        finally:
+            host.close()
+        self.assertIsNone(got, "a datagram from the sandbox reached a host socket")
+        for k in ("inet_tcp", "inet6_udp", "netlink_route", "unix_socketpair",
+                  "seqpacket_pair"):
             self.assertTrue(res[k]["ok"], (k, res[k]))
         for k in ("netlink_audit", "netlink_uevent", "vsock_stream", "vsock_dgram", "alg",
-                  "packet", "key", "tipc", "rds", "xdp", "vsock_high_bits", "unix_socket"):
+                  "packet", "key", "tipc", "rds", "xdp", "vsock_high_bits", "unix_socket",
+                  "dgram_pair_to_host", "userfaultfd"):
             self.assertFalse(res[k]["ok"], (k, res[k]))
         # A positive control: the host could make the ones that matter, so the refusals
         # above are the filter's and not a kernel without the family.
@@ -316,6 +340,16 @@ class ContainmentTest(unittest.TestCase):
             self.assertNotIn(token, json.dumps(res[k]), k)
         self.assertNotIn(token, r.stdout + r.stderr)
         os.unlink(link)
+
+    def test_cordons_policy_records_and_keys_are_hidden(self):
+        # The policy may hold the webhook's secret URL and headers; the audit log and the
+        # state store are cordon's records of every session.
+        res, _ = self.agent("read", self.cordon.config_path, self.cordon.audit_dir,
+                            self.cordon.state_dir)
+        self.assertEqual(res["read0"], {"ok": True, "value": ""}, res["read0"])
+        self.assertEqual(res["read1"], {"ok": True, "value": []}, res["read1"])
+        self.assertEqual(res["read2"], {"ok": True, "value": []}, res["read2"])
+        self.assertTrue(os.listdir(self.cordon.audit_dir))  # on the host they are there
 
     @unittest.skipIf(NOT_ROOT, NOT_ROOT or "")
     def test_admin_token_is_hidden_behind_a_bind_mount_too(self):

@@ -7,12 +7,13 @@
   mounts DIR              look for host processes, devices and sysfs below DIR (a chroot
                           with proc, sys and dev mounted) and in the sandbox's own /sys
   node PATH               open a device node PATH (made by the test with mknod)
-  families                socket(2) with every address family that matters, socketpair
-  read PATH...            read each PATH (the admin token, wherever it is)
+  families [DGRAM_PATH]   socket(2) with every address family that matters, socketpairs
+                          (a datagram pair sending to the host socket DGRAM_PATH)
+  read PATH...            read each PATH (the admin token, wherever it is; a directory is
+                          listed)
 """
 
 import ctypes
-import errno
 import fcntl
 import json
 import os
@@ -117,7 +118,7 @@ def node(path):
     attempt("read_node", read)
 
 
-def families():
+def families(host_dgram=None):
     libc = ctypes.CDLL(None, use_errno=True)
 
     def sock(family, type_, proto=0):
@@ -156,10 +157,37 @@ def families():
         return r.decode()
 
     attempt("unix_socketpair", pair)
+    attempt("seqpacket_pair", lambda: [x.close() for x in socket.socketpair(
+        socket.AF_UNIX, socket.SOCK_SEQPACKET)] and "made")
+
+    def dgram_pair_to(path):
+        # A datagram pair is not bound to its peer: sendto() reaches a host socket by path.
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            a.sendto(b"forged log line", path)
+            return "sent"
+        finally:
+            a.close()
+            b.close()
+
+    if host_dgram:
+        attempt("dgram_pair_to_host", lambda: dgram_pair_to(host_dgram))
+
+    def userfaultfd():
+        fd = libc.syscall(323, 0)  # x86-64 userfaultfd(0)
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        os.close(fd)
+        return "made"
+
+    attempt("userfaultfd", userfaultfd)
 
 
 def read_paths(paths):
     def read(p):
+        if os.path.isdir(p):
+            return sorted(os.listdir(p))
         with open(p, "rb") as f:
             return f.read(4096).decode(errors="replace")
 
@@ -178,7 +206,7 @@ def main():
     elif cmd == "node":
         node(args[0])
     elif cmd == "families":
-        families()
+        families(args[0] if args else None)
     elif cmd == "read":
         read_paths(args)
     else:
