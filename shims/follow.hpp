@@ -41,6 +41,16 @@ private:
 /// or a network kill. The text is for the operator ("session killed by ops: runaway").
 std::optional<std::string> kill_reason(const sse_event& e, std::string_view session);
 
+/// Why a `resume.lost` event must stop the agent of `session`, or nullopt. cordon sends it
+/// first when it cannot resume the stream from our Last-Event-ID (its store was reset, the
+/// id is beyond its last or too old): what happened in the gap is unknown, so the event
+/// carries the state now and the agent is stopped when the network kill is engaged, the
+/// session is not active (or unknown to cordon), the kill state changed within `down_for`
+/// (how long the stream was down, plus a second: a kill and revive in the gap), or the
+/// event cannot be read (fail closed).
+std::optional<std::string> resume_lost_reason(const sse_event& e, std::string_view session,
+                                              std::chrono::milliseconds down_for);
+
 struct follow_options {
     std::string host;  ///< admin API address (numeric or /etc/hosts name)
     std::string port;
