@@ -261,6 +261,12 @@ awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const requ
             after = *id;
         }
     }
+    if (first.empty()) {
+        // The resume point, as an id-only block (no data: nothing is dispatched, the SSE
+        // client's last id is set): a follower that reconnects before its first event then
+        // resumes from here, and misses nothing that came in between.
+        first = "id: " + std::to_string(after) + "\n\n";
+    }
     static constexpr std::string_view head =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
         "X-Accel-Buffering: no\r\nConnection: close\r\n\r\n: cordon events\n\n";

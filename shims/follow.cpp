@@ -198,7 +198,9 @@ void sse_parser::feed(std::string_view bytes, std::vector<sse_event>& out) {
 
 void sse_parser::line(std::string_view l, std::vector<sse_event>& out) {
     if (l.empty()) {
-        if (!current_.type.empty() || !current_.data.empty()) {
+        // An id-only block is kept too: cordon sends one first, the point a stream that
+        // breaks before its first event resumes from.
+        if (!current_.type.empty() || !current_.data.empty() || !current_.id.empty()) {
             out.push_back(std::move(current_));
         }
         current_ = {};

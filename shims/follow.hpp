@@ -25,8 +25,9 @@ struct sse_event {
 };
 
 /// Incremental text/event-stream parser: feed it bytes as they come (lines may be split
-/// anywhere, CRLF or LF); complete events are appended to `out`. Comment lines (":") are
-/// ignored. A line above 64 KiB is cut (bounded memory).
+/// anywhere, CRLF or LF); complete events are appended to `out`, id-only blocks included
+/// (empty type and data: they move the resume point). Comment lines (":") are ignored. A
+/// line above 64 KiB is cut (bounded memory).
 class sse_parser {
 public:
     void feed(std::string_view bytes, std::vector<sse_event>& out);

@@ -29,6 +29,19 @@ TEST_CASE("sse: events split anywhere, CRLF or LF, comments ignored", "[shim][fo
     }
 }
 
+TEST_CASE("sse: an id-only block is kept: the resume point before any event",
+          "[shim][follow]") {
+    sse_parser p;
+    std::vector<sse_event> out;
+    p.feed(": cordon events\n\nid: 41\n\nid: 42\nevent: revive\ndata: {}\n\n", out);
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].id == "41");
+    CHECK(out[0].type.empty());
+    CHECK(out[0].data.empty());
+    CHECK_FALSE(kill_reason(out[0], "s-1"));
+    CHECK(out[1].id == "42");
+}
+
 TEST_CASE("sse: a line beyond 64 KiB is cut, memory stays bounded", "[shim][follow]") {
     sse_parser p;
     std::vector<sse_event> out;
