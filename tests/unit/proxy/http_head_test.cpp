@@ -186,7 +186,8 @@ TEST_CASE("head_prefix_refusal: HTTP heads pass, in any split", "[http_head]") {
           std::string_view("\r\nPOST http://a.test/ HTTP/1.0\r\n\r\n"),
           std::string_view("M-SEARCH * HTTP/1.1\r\n\r\n"), std::string_view("G"),
           std::string_view("\r")}) {
-        for (const std::size_t step : {std::size_t{1}, std::size_t{2}, std::size_t{7}, head.size()}) {
+        for (const std::size_t step :
+             {std::size_t{1}, std::size_t{2}, std::size_t{7}, head.size()}) {
             INFO(head << " by " << step);
             CHECK(refusal_fed(head, step).empty());
         }
