@@ -15,7 +15,9 @@ constexpr std::string_view usage = R"(usage: cordon check-config [--config] FILE
 
 Validates a cordon policy with the same loader and validator as `cordon serve`.
 On success prints a one-line summary and exits 0. Otherwise prints every error,
-one per line as FILE:LINE:COL: message, and exits 1.
+one per line as FILE:LINE:COL: message, and exits 1. Warnings (a rule that can
+never match because an earlier one takes its requests) go to stderr as
+FILE:LINE:COL: warning: message and do not change the exit status.
 
 options:
   -h, --help   show this help
@@ -30,6 +32,13 @@ std::string summary(const config::policy& p) {
     s += p.listen.dns ? ", dns " + p.listen.dns->to_string() : ", no dns listener";
     s += p.listen.admin ? ", admin " + p.listen.admin->to_string() : ", no admin listener";
     return s;
+}
+
+// "FILE:LINE:COL: warning: message".
+std::string warning_text(const config::diagnostic& w) {
+    config::diagnostic d = w;
+    d.message = "warning: " + d.message;
+    return d.to_string();
 }
 
 }  // namespace
@@ -69,6 +78,9 @@ int check_config(args a) {
         std::cerr << file << ": " << r.errors.size()
                   << (r.errors.size() == 1 ? " error" : " errors") << '\n';
         return 1;
+    }
+    for (const auto& w : r.warnings) {
+        std::cerr << warning_text(w) << '\n';
     }
     std::cout << summary(*r.value) << '\n';
     return 0;

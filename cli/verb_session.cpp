@@ -47,11 +47,17 @@ bool take_flag(std::vector<std::string_view>& a, std::string_view flag) {
     return false;
 }
 
+// A value for the terminal: printable ASCII only, every other byte '?' (as the denial
+// table keeps its targets). A kill's reason and by are whatever the caller sent: ESC or NUL
+// there must not clear the screen and print "ALL CLEAR" over an engaged kill.
 std::string str(const json::value& v) {
-    if (v.is_string()) {
-        return std::string(v.as_string());
+    std::string s = v.is_string() ? std::string(v.as_string()) : json::serialize(v);
+    for (char& c : s) {
+        if (c < 0x20 || c > 0x7e) {
+            c = '?';
+        }
     }
-    return json::serialize(v);
+    return s;
 }
 
 int call(const admin_target& t, std::string_view verb, std::string_view method,

@@ -207,4 +207,32 @@ classification classify(const ip_address& a) noexcept {
     return {ip_class::global, host_prefix(a)};  // not reached: 2000::/3 closes the table
 }
 
+std::optional<cidr> opened_unspecified_range(const cidr& p) noexcept {
+    // Unspecified ranges nest (0.0.0.0/32 inside 0.0.0.0/8, and their IPv6 images): any
+    // such range holding all of `p` holds both of its ends, and one end is classified in
+    // the widest of them that does.
+    bytes16 last = p.network.bytes();
+    const int width = p.network.bits();
+    for (int i = p.prefix_len; i < width; ++i) {
+        last[static_cast<std::size_t>(i / 8)] |= static_cast<std::uint8_t>(0x80u >> (i % 8));
+    }
+    const ip_address ends[2] = {
+        p.network, p.network.is_v4()
+                       ? ip_address::v4(std::array<std::uint8_t, 4>{last[0], last[1], last[2],
+                                                                     last[3]})
+                       : ip_address::v6(last)};
+    for (const ip_address& a : ends) {
+        const classification c = classify(a);
+        if (c.cls == ip_class::unspecified && c.range.contains(p)) {
+            return c.range;
+        }
+    }
+    return std::nullopt;
+}
+
+bool reaches_this_host(const ip_address& a) noexcept {
+    const ip_class c = classify(a).cls;
+    return c == ip_class::loopback || c == ip_class::unspecified;
+}
+
 }  // namespace cordon::config

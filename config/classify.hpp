@@ -2,6 +2,7 @@
 // IP classification: is this address on the public internet, and if not, which special
 // range holds it. An ordered, table-tested pure function (after Smokescreen classifyAddr).
 
+#include <optional>
 #include <string_view>
 
 #include "config/ip.hpp"
@@ -39,5 +40,16 @@ struct classification {
 };
 
 classification classify(const ip_address& a) noexcept;
+
+/// True when a connection to `a` lands on this host whatever the address says: loopback,
+/// and the unspecified range, which Linux connects to loopback (0.0.0.0, ::, and all of
+/// 0.0.0.0/8 "this network"), in every form classify() sees through (IPv4-mapped, NAT64,
+/// 6to4, IPv4-compatible). The self-connect guard treats them all as cordon's own host.
+bool reaches_this_host(const ip_address& a) noexcept;
+
+/// The unspecified range a rule prefix would open (as a cidr rule or a resolves_to entry:
+/// some address of `p` is unspecified and its classified range holds all of `p`), or
+/// nullopt. The loader refuses such rules: they are a way to this host, never egress.
+std::optional<cidr> opened_unspecified_range(const cidr& p) noexcept;
 
 }  // namespace cordon::config

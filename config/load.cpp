@@ -1,5 +1,8 @@
 #include "config/load.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -8,8 +11,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <set>
 #include <sstream>
@@ -930,6 +931,9 @@ private:
         }
         if (net != nullptr) {
             r.net = get_cidr(*net, path + ".cidr");
+            if (r.net) {
+                refuse_unspecified(*net, path + ".cidr", *r.net);
+            }
         }
         if (const auto* v = find(keys, "ports")) {
             load_ports(*v, path + ".ports", r.ports);
@@ -1047,10 +1051,23 @@ private:
                                     std::string(to_string(c.cls)) + " range " +
                                     c.range.to_string() + "; resolves_to lists only "
                                     "non-public ranges, one entry per range");
-            } else {
+            } else if (!refuse_unspecified(n[i], ip, nets[i])) {
                 out.push_back(nets[i]);
             }
         }
+    }
+
+    // 0.0.0.0/8 and :: (and their IPv6 images) are not a place on the network: Linux
+    // connects 0.0.0.0 to 127.0.0.1, so a rule opening them reaches this host, cordon's
+    // own admin API included. True (after the error) when `p` would open them.
+    bool refuse_unspecified(const YAML::Node& n, const std::string& path, const cidr& p) {
+        const std::optional<cidr> range = opened_unspecified_range(p);
+        if (range) {
+            error(n, path, p.to_string() + " opens the unspecified range " +
+                               range->to_string() + ", which the kernel connects to this "
+                               "host (cordon's own listeners): it is never egress");
+        }
+        return range.has_value();
     }
 
     void load_limits(const YAML::Node& n, const std::string& path, job_limits& out) {
@@ -1342,40 +1359,135 @@ load_result load_policy(std::string_view text, std::string_view file) {
                          return std::tie(a.line, a.column) < std::tie(b.line, b.column);
                      });
     if (result.errors.empty()) {
+        result.warnings = shadowed_rules(p, file);
         result.value = std::move(p);
     }
     return result;
 }
 
-load_result load_policy_file(const std::string& path) {
-    std::error_code fs_error;
-    if (std::filesystem::is_directory(path, fs_error)) {
-        load_result r;
-        r.errors.push_back(whole_file(path, "is a directory, not a policy file"));
-        return r;
+std::vector<diagnostic> shadowed_rules(const policy& p, std::string_view file) {
+    std::vector<diagnostic> out;
+    // decide() walks a name's (or a prefix's) rules in file order and stops at the first
+    // that allows the request, so a later rule for the same target is reached only for
+    // the ports (and methods) no earlier one takes. tls and tcp both carry CONNECT.
+    const auto same_target = [](const egress_rule& a, const egress_rule& b) {
+        if (a.host && b.host) {
+            return a.host->name == b.host->name && a.host->wildcard == b.host->wildcard;
+        }
+        return a.net && b.net && *a.net == *b.net;
+    };
+    const auto takes_requests_of = [](const egress_rule& a, const egress_rule& b) {
+        if ((a.proto == protocol::http) != (b.proto == protocol::http)) {
+            return false;
+        }
+        if (a.proto != protocol::http || a.methods.empty()) {
+            return true;
+        }
+        if (b.methods.empty()) {
+            return false;  // b allows any method, a only some
+        }
+        return std::all_of(b.methods.begin(), b.methods.end(), [&a](const std::string& m) {
+            return std::find(a.methods.begin(), a.methods.end(), m) != a.methods.end();
+        });
+    };
+    for (const job& j : p.jobs) {
+        for (std::size_t k = 1; k < j.egress.size(); ++k) {
+            const egress_rule& b = j.egress[k];
+            std::vector<std::uint16_t> taken;
+            std::size_t first_by = j.egress.size();
+            for (std::size_t i = 0; i < k; ++i) {
+                const egress_rule& a = j.egress[i];
+                if (!same_target(a, b) || !takes_requests_of(a, b)) {
+                    continue;
+                }
+                for (const std::uint16_t port : b.ports) {
+                    if (a.allows_port(port) &&
+                        std::find(taken.begin(), taken.end(), port) == taken.end()) {
+                        taken.push_back(port);
+                        first_by = std::min(first_by, i);
+                    }
+                }
+            }
+            if (taken.empty()) {
+                continue;
+            }
+            std::sort(taken.begin(), taken.end());
+            const egress_rule& a = j.egress[first_by];
+            std::string msg = "jobs." + j.name + ".egress[" + std::to_string(k) + "]: ";
+            if (taken.size() == b.ports.size()) {
+                msg += "never matches: ";
+            } else {
+                msg += taken.size() == 1 ? "port " : "ports ";
+                for (std::size_t i = 0; i < taken.size(); ++i) {
+                    msg += (i > 0 ? "," : "") + std::to_string(taken[i]);
+                }
+                msg += taken.size() == 1 ? " never matches: " : " never match: ";
+            }
+            msg += "an earlier rule, jobs." + j.name + ".egress[" + std::to_string(first_by) +
+                   "] (" + a.describe() + ", line " + std::to_string(a.pos.line) +
+                   "), takes those requests first (the first matching rule wins)";
+            out.push_back(diagnostic{std::string(file), b.pos.line, b.pos.column, msg});
+        }
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    std::stable_sort(out.begin(), out.end(), [](const diagnostic& x, const diagnostic& y) {
+        return std::tie(x.line, x.column) < std::tie(y.line, y.column);
+    });
+    return out;
+}
+
+load_result load_policy_file(const std::string& path) {
+    const auto refused = [&path](std::string message) {
         load_result r;
-        r.errors.push_back(whole_file(path, "cannot open: " + std::string(std::strerror(errno))));
+        r.errors.push_back(whole_file(path, std::move(message)));
         return r;
+    };
+    // Non-blocking open, then a regular file only: a FIFO (or a device) at the policy path
+    // would block the caller in open() or read(), and a reload runs on the control thread
+    // that serves the kill switch.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        return refused("cannot open: " + std::string(std::strerror(errno)));
+    }
+    struct fd_closer {
+        int fd;
+        ~fd_closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        return refused("cannot open: " + std::string(std::strerror(errno)));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        return refused("is a directory, not a policy file");
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return refused(std::string("is not a regular file (") +
+                       (S_ISFIFO(st.st_mode)   ? "a FIFO"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                        : S_ISCHR(st.st_mode)  ? "a character device"
+                        : S_ISBLK(st.st_mode)  ? "a block device"
+                                               : "not a file") +
+                       "); refusing to read it");
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > max_policy_bytes) {
+        return refused("policy is larger than 16 MiB; refusing to read it");
     }
     std::string text;
     std::vector<char> buf(64 * 1024);
-    while (in) {
-        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        text.append(buf.data(), static_cast<std::size_t>(in.gcount()));
-        if (text.size() > max_policy_bytes) {
-            load_result r;
-            r.errors.push_back(whole_file(path, "policy is larger than 16 MiB; refusing to "
-                                                "read it"));
-            return r;
+    for (;;) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) {
+            continue;
         }
-    }
-    if (in.bad()) {
-        load_result r;
-        r.errors.push_back(whole_file(path, "read error"));
-        return r;
+        if (n < 0) {
+            return refused("read error: " + std::string(std::strerror(errno)));
+        }
+        if (n == 0) {
+            break;
+        }
+        text.append(buf.data(), static_cast<std::size_t>(n));
+        if (text.size() > max_policy_bytes) {
+            return refused("policy is larger than 16 MiB; refusing to read it");
+        }
     }
     return load_policy(text, path);
 }

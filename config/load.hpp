@@ -29,8 +29,17 @@ struct diagnostic {
 struct load_result {
     std::optional<policy> value;     ///< set only when `errors` is empty
     std::vector<diagnostic> errors;  ///< in file order
+    /// Valid but surely not meant (a rule that can never match): the policy still loads.
+    /// In file order; computed only for a policy without errors.
+    std::vector<diagnostic> warnings;
     bool ok() const noexcept { return value.has_value(); }
 };
+
+/// The rules of `p` that can never match, in whole or for some ports, because an earlier
+/// rule of the same job takes every request they would (first match wins: a `tls` and a
+/// `tcp` rule for the same host and port, the same http rule twice). One warning per
+/// shadowed rule, at its position; `file` names it.
+std::vector<diagnostic> shadowed_rules(const policy& p, std::string_view file);
 
 /// A job name as the policy allows it: 1-64 of [A-Za-z0-9._-], starting with a letter or
 /// digit (so it is safe in a URL path: never "." or "..").

@@ -125,4 +125,23 @@ std::size_t policy::rule_count() const noexcept {
     return n;
 }
 
+std::vector<std::string> keep_restart_only(const policy& running, policy& next) {
+    std::vector<std::string> changed;
+    const auto keep = [&changed](const char* name, const auto& now, auto& asked) {
+        if (!(asked == now)) {
+            asked = now;
+            changed.emplace_back(name);
+        }
+    };
+    keep("listen.proxy", running.listen.proxy, next.listen.proxy);
+    keep("listen.dns", running.listen.dns, next.listen.dns);
+    keep("listen.admin", running.listen.admin, next.listen.admin);
+    keep("admin.token_file", running.admin.token_file, next.admin.token_file);
+    keep("state.path", running.state.path, next.state.path);
+    keep("audit.path", running.audit.path, next.audit.path);
+    keep("audit.retention_days", running.audit.retention_days, next.audit.retention_days);
+    keep("audit.max_file_bytes", running.audit.max_file_bytes, next.audit.max_file_bytes);
+    return changed;
+}
+
 }  // namespace cordon::config

@@ -211,4 +211,11 @@ struct policy {
     std::size_t rule_count() const noexcept;
 };
 
+/// The settings `cordon serve` applies only when it starts: listen.proxy, listen.dns,
+/// listen.admin, admin.token_file, state.path, audit.path, audit.retention_days and
+/// audit.max_file_bytes. Those `next` changes from `running` are set back to the running
+/// values and named in the result (in that order), so a reload keeps what is really in
+/// force, /v1/status reports it, and the caller can say "needs restart".
+std::vector<std::string> keep_restart_only(const policy& running, policy& next);
+
 }  // namespace cordon::config

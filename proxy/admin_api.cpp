@@ -6,6 +6,7 @@
 
 #include "config/units.hpp"
 #include "proxy/denials_api.hpp"
+#include "proxy/http_head.hpp"
 #include "proxy/job_card_api.hpp"
 #include "proxy/lifelines.hpp"
 #include "proxy/shim_event.hpp"
@@ -269,36 +270,81 @@ std::optional<lifelines::hold> hold_lifeline(runtime& rt, net::any_io_executor c
     return rt.lifelines_->open(session, bounded);
 }
 
+// The first event of a stream whose resume point cannot be served (resume_lost): the
+// follower gets everything from now, and this says what it may have missed. `kill` and
+// `session` are the state now, so a follower that cannot know whether a kill came in the
+// gap does not need to ask (docs/proxy.md, "Event stream").
+std::string resume_lost_event(runtime& rt, std::string_view why, const std::string& session) {
+    json::object kill{{"engaged", rt.network_killed.load()}, {"changed_ms_ago", nullptr}};
+    if (rt.kill_info.at != wall_clock::time_point{}) {
+        const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(rt.now() -
+                                                                               rt.kill_info.at);
+        kill["changed_ms_ago"] = std::max<std::int64_t>(0, ago.count());
+    }
+    json::object o{{"reason", why}, {"last_id", rt.events->last_id()}, {"kill", std::move(kill)}};
+    if (!session.empty()) {
+        const auto s = rt.sessions.get(session);
+        o["session"] = json::object{{"id", session},
+                                    {"state", s ? std::string(to_string(s->state)) : "unknown"}};
+    }
+    return sse(event{rt.events->last_id(), "resume.lost", session, json::serialize(o)});
+}
+
 awaitable<void> peer_readable(tcp::socket& s) {
     auto [ec] = co_await s.async_wait(tcp::socket::wait_read, use_nothrow);
     (void)ec;
 }
 
 // GET /v1/events[?session=ID]: Server-Sent Events until the client goes away. Resumes after
-// Last-Event-ID (or ?after=N): from memory, or from the state store for older ids.
+// Last-Event-ID (or ?after=N): from memory, or from the state store for older ids; an id it
+// cannot resume from starts the stream now, with a resume.lost event first.
 awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const request& req) {
     const std::string session = query_param(req.target(), "session");
+    // (co_await this_coro::executor does not suspend: nothing is published before the
+    // resume decision below.)
     const auto lifeline = hold_lifeline(rt, co_await net::this_coro::executor, session,
                                         query_param(req.target(), "lifeline"));
     std::uint64_t after = rt.events->last_id();
     std::string resume;
+    bool resuming = false;
     if (const auto h = req.find("Last-Event-ID"); h != req.end()) {
         resume = std::string(h->value());
+        resuming = true;
     } else {
         resume = query_param(req.target(), "after");
+        resuming = !resume.empty();
     }
-    if (!resume.empty()) {
-        try {
-            after = std::stoull(resume);
-        } catch (const std::exception&) {
-            after = 0;
+    std::string first;  // the resume.lost event, when the id cannot be served
+    if (resuming) {
+        const std::optional<std::uint64_t> id = parse_event_id(resume);
+        const std::function<std::uint64_t(std::uint64_t)> next_stored =
+            [&rt](std::uint64_t from) -> std::uint64_t {
+            if (!rt.store) {
+                return 0;
+            }
+            const auto next = rt.store->events_after(from, "", 1);
+            return next.empty() ? 0 : next.front().id;
+        };
+        // Decided before the first co_await: nothing is published in between, so the
+        // stream from `after` on misses nothing the resume.lost event does not cover.
+        if (const std::string_view why = resume_lost(id, *rt.events, next_stored); !why.empty()) {
+            first = resume_lost_event(rt, why, session);
+        } else {
+            after = *id;
         }
+    }
+    if (first.empty()) {
+        // The resume point, as an id-only block (no data: nothing is dispatched, the SSE
+        // client's last id is set): a follower that reconnects before its first event then
+        // resumes from here, and misses nothing that came in between.
+        first = "id: " + std::to_string(after) + "\n\n";
     }
     static constexpr std::string_view head =
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
         "X-Accel-Buffering: no\r\nConnection: close\r\n\r\n: cordon events\n\n";
     stream.expires_never();
-    auto [hec, hn] = co_await net::async_write(stream.socket(), net::buffer(head), use_nothrow);
+    const std::string opening = std::string(head) + first;
+    auto [hec, hn] = co_await net::async_write(stream.socket(), net::buffer(opening), use_nothrow);
     (void)hn;
     if (hec) {
         co_return;
@@ -324,7 +370,8 @@ awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const requ
         after = std::max(after, rt.events->last_id());
         if (out.empty()) {
             // An event, the keepalive's time, or the follower gone: it sends nothing after its
-            // request, so a readable socket is a closed one (its lifeline is released now,
+            // request, so a readable socket is a closed one (its descriptor and lifeline are
+            // released now,
             // not at the next keepalive).
             const auto woke = co_await (rt.events->wait(after, std::chrono::seconds(15)) ||
                                         peer_readable(stream.socket()));
@@ -334,7 +381,7 @@ awaitable<void> stream_events(runtime& rt, beast::tcp_stream& stream, const requ
             if (rt.events->last_id() > after) {
                 continue;
             }
-            out = ": keepalive\n\n";  // also finds out when the client has gone
+            out = ": keepalive\n\n";
         }
         auto [wec, wn] = co_await net::async_write(stream.socket(), net::buffer(out), use_nothrow);
         (void)wn;
@@ -387,11 +434,22 @@ public:
         }
         if (seg.size() == 2 && seg[1] == "reload" && verb == http::verb::post) {
             const std::string by = "admin:" + client_;
-            const std::string errors = co_await rt_.reload(by);
+            std::vector<std::string> needs_restart;
+            const std::string errors = co_await rt_.reload(by, &needs_restart);
             if (!errors.empty()) {
                 co_return error(http::status::bad_request, "policy refused: " + errors);
             }
-            co_return reply{http::status::ok, json::object{{"result", "ok"}}};
+            json::object o{{"result", "ok"}};
+            if (!needs_restart.empty()) {
+                json::array names;
+                for (const auto& n : needs_restart) {
+                    names.emplace_back(n);
+                }
+                o["needs_restart"] = std::move(names);
+                o["warning"] = "changed settings that only a restart applies: the running "
+                               "values stay in force";
+            }
+            co_return reply{http::status::ok, std::move(o)};
         }
         if (seg.size() >= 2 && seg[1] == "sessions") {
             co_return co_await sessions(req, seg);
@@ -814,6 +872,16 @@ private:
     std::string client_;
 };
 
+// A 400 with the admin API's error body; the connection is not kept.
+awaitable<void> write_bad_request(beast::tcp_stream& stream, std::string message) {
+    http::response<http::string_body> res{http::status::bad_request, 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = json::serialize(error(http::status::bad_request, std::move(message)).body) + "\n";
+    res.keep_alive(false);
+    res.prepare_payload();
+    co_await http::async_write(stream, res, use_nothrow);
+}
+
 }  // namespace
 
 awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket socket) {
@@ -830,20 +898,33 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
         parser.header_limit(16 * 1024);
         parser.body_limit(max_admin_body);
         stream.expires_after(std::chrono::seconds(30));  // slow or idle admin clients
-        auto [rec, rn] = co_await http::async_read(stream, buffer, parser, use_nothrow);
+        // The head first: a body framed two ways (Content-Length and a Transfer-Encoding
+        // such as "xchunked") is refused before it is read, not read one way and forwarded
+        // the other (RFC 9112 6.3: 400).
+        auto [rec, rn] = co_await http::async_read_header(stream, buffer, parser, use_nothrow);
         (void)rn;
+        if (!rec) {
+            const auto& h = parser.get();
+            const auto count = [&h](http::field name) {
+                return static_cast<std::size_t>(std::count_if(
+                    h.begin(), h.end(), [name](const auto& f) { return f.name() == name; }));
+            };
+            const auto te = h[http::field::transfer_encoding];
+            if (const std::string_view refusal = framing_refusal(
+                    count(http::field::host), count(http::field::content_length),
+                    count(http::field::transfer_encoding), std::string_view(te.data(), te.size()));
+                !refusal.empty()) {
+                co_await write_bad_request(stream, "malformed request: " + std::string(refusal));
+                co_return;
+            }
+            auto [bec, bn] = co_await http::async_read(stream, buffer, parser, use_nothrow);
+            (void)bn;
+            rec = bec;
+        }
         if (rec) {
             if (rec != http::error::end_of_stream && rec != net::error::eof &&
                 rec != beast::error::timeout && rec != net::error::connection_reset) {
-                http::response<http::string_body> res{http::status::bad_request, 11};
-                res.set(http::field::content_type, "application/json");
-                res.body() = json::serialize(error(http::status::bad_request,
-                                                   "malformed request: " + rec.message())
-                                                 .body) +
-                             "\n";
-                res.keep_alive(false);
-                res.prepare_payload();
-                co_await http::async_write(stream, res, use_nothrow);
+                co_await write_bad_request(stream, "malformed request: " + rec.message());
             }
             co_return;
         }

@@ -712,6 +712,7 @@ private:
     struct read_head_result {
         std::size_t head_len = 0;
         bool too_large = false;
+        std::string_view refusal;  ///< not HTTP (head_prefix_refusal): answered at once
         error_code error;
     };
 
@@ -721,11 +722,19 @@ private:
                                           std::chrono::milliseconds timeout) {
         read_head_result r;
         std::size_t searched = 0;
+        std::size_t checked = 0;
         client_.expires_after(timeout);
         for (;;) {
             const std::string_view have(static_cast<const char*>(buffer.data().data()),
                                         buffer.size());
             const auto end = have.find("\r\n\r\n", searched);
+            // Only the head's own bytes: a body (or a ClientHello after CONNECT) may follow.
+            const std::size_t head_end = end != std::string_view::npos ? end + 4 : have.size();
+            r.refusal = head_prefix_refusal(have.substr(0, head_end), checked);
+            checked = head_end;
+            if (!r.refusal.empty()) {
+                break;
+            }
             if (end != std::string_view::npos) {
                 r.head_len = end + 4;
                 r.too_large = r.head_len > limit;
@@ -844,22 +853,14 @@ std::string_view request_refusal(const http::request_header<>& h, std::string_vi
         raw_head.find("\r\n\t") != std::string_view::npos) {
         return "obsolete header line folding";
     }
-    const auto cl = std::count_if(h.begin(), h.end(), [](const auto& f) {
-        return f.name() == http::field::content_length;
-    });
-    const auto te = std::count_if(h.begin(), h.end(), [](const auto& f) {
-        return f.name() == http::field::transfer_encoding;
-    });
-    if (cl > 1) {
-        return "more than one Content-Length";
-    }
-    if (cl > 0 && te > 0) {
-        return "both Content-Length and Transfer-Encoding";
-    }
-    if (te > 1 || (te == 1 && !beast::iequals(h[http::field::transfer_encoding], "chunked"))) {
-        return "only a single Transfer-Encoding: chunked is accepted";
-    }
-    return {};
+    const auto count = [&h](http::field name) {
+        return static_cast<std::size_t>(std::count_if(
+            h.begin(), h.end(), [name](const auto& f) { return f.name() == name; }));
+    };
+    const auto te = h[http::field::transfer_encoding];
+    return framing_refusal(count(http::field::host), count(http::field::content_length),
+                           count(http::field::transfer_encoding),
+                           std::string_view(te.data(), te.size()));
 }
 
 awaitable<bool> client_conn::check_sni(const std::string& want, std::vector<std::uint8_t>& hello) {
@@ -1332,8 +1333,13 @@ awaitable<void> client_conn::run() {
     for (;;) {
         // Phase: read_request. The head is read raw first (to see its exact bytes: obsolete
         // line folding is refused, which parsers otherwise repair), then parsed.
+        method.clear();  // the previous request's, until this one's head is parsed
         const read_head_result rh = co_await read_head(buffer, ps.max_header_bytes,
                                                        ps.header_timeout);
+        if (!rh.refusal.empty()) {
+            co_await deny(400, deny_reason::bad_request, "", rh.refusal);
+            co_return;
+        }
         if (rh.too_large) {
             co_await deny(431, deny_reason::bad_request, "", "request header too large");
             co_return;

@@ -174,6 +174,9 @@ int run_daemon(const daemon_options& opts) {
         print_errors(loaded);
         return 1;
     }
+    for (const auto& w : loaded.warnings) {
+        std::cerr << "cordon: warning: " << w.to_string() << '\n';
+    }
     std::string error;
     std::string admin_token;
     if (loaded.value->listen.admin &&

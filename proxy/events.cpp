@@ -1,6 +1,7 @@
 #include "proxy/events.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace cordon::proxy {
 
@@ -28,7 +29,7 @@ std::uint64_t event_bus::publish(std::string type, std::string session, std::str
 std::vector<event> event_bus::since(std::uint64_t after, std::string_view session,
                                     bool& complete) const {
     // Complete when nothing was published after `after`, or memory reaches back to it.
-    complete = after >= last_id_ || (!recent_.empty() && recent_.front().id <= after + 1);
+    complete = reaches_back_to(after);
     std::vector<event> out;
     for (const auto& e : recent_) {
         if (e.id > after && concerns(e, session)) {
@@ -46,6 +47,33 @@ awaitable<void> event_bus::wait(std::uint64_t after, std::chrono::milliseconds t
     waiters_.push_back(&timer);
     co_await timer.async_wait(use_nothrow);
     waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &timer));
+}
+
+std::optional<std::uint64_t> parse_event_id(std::string_view text) noexcept {
+    if (text.empty() || text.size() > 20 ||
+        text.find_first_not_of("0123456789") != std::string_view::npos) {
+        return std::nullopt;
+    }
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+        return std::nullopt;  // above 2^64 - 1
+    }
+    return v;
+}
+
+std::string_view resume_lost(const std::optional<std::uint64_t>& id, const event_bus& bus,
+                             const std::function<std::uint64_t(std::uint64_t)>& next_stored) {
+    if (!id) {
+        return "malformed";
+    }
+    if (*id > bus.last_id()) {
+        return "ahead";
+    }
+    if (!bus.reaches_back_to(*id) && (!next_stored || next_stored(*id) != *id + 1)) {
+        return "gone";
+    }
+    return {};
 }
 
 }  // namespace cordon::proxy

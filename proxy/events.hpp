@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proxy/asio.hpp"
@@ -40,6 +42,11 @@ public:
 
     std::uint64_t last_id() const noexcept { return last_id_; }
 
+    /// True when memory holds every event after `after` (or nothing came after it).
+    bool reaches_back_to(std::uint64_t after) const noexcept {
+        return after >= last_id_ || (!recent_.empty() && recent_.front().id <= after + 1);
+    }
+
     /// Waits until an event after `after` is published or `timeout` passes.
     awaitable<void> wait(std::uint64_t after, std::chrono::milliseconds timeout);
 
@@ -54,5 +61,17 @@ private:
     std::deque<event> recent_;
     std::vector<net::steady_timer*> waiters_;
 };
+
+/// A Last-Event-ID (or ?after=) as a follower sends it: 1-20 decimal digits that fit in 64
+/// bits, nothing else ("-1", "+1", " 1", "1x" and 2^64 are not ids). nullopt otherwise.
+std::optional<std::uint64_t> parse_event_id(std::string_view text) noexcept;
+
+/// Why a stream cannot resume after `id` ("" when it can): `malformed` (no id:
+/// parse_event_id), `ahead` (beyond the last id: the store was reset or replaced, or the id
+/// wrapped), `gone` (older than memory holds, and the store does not hold the event right
+/// after it: `next_stored` is the id of the first stored event after `id`, 0 if none).
+/// `next_stored` is asked only for `gone`, so the store is read only for old ids.
+std::string_view resume_lost(const std::optional<std::uint64_t>& id, const event_bus& bus,
+                             const std::function<std::uint64_t(std::uint64_t)>& next_stored);
 
 }  // namespace cordon::proxy

@@ -70,4 +70,85 @@ std::string_view head_fields(std::string_view head) noexcept {
     return rest;
 }
 
+namespace {
+
+// RFC 9110 5.6.2 tchar.
+bool tchar(unsigned char c) noexcept {
+    if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')) {
+        return true;
+    }
+    return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) !=
+           std::string_view::npos;
+}
+
+}  // namespace
+
+std::string_view head_prefix_refusal(std::string_view have, std::size_t from) noexcept {
+    // The request line first: the bytes that tell a stray protocol apart (a ClientHello
+    // starts 0x16 0x03) are named by what they are. Bounded: a method is a short token.
+    std::size_t start = 0;
+    while (start + 1 < have.size() && have[start] == '\r' && have[start + 1] == '\n') {
+        start += 2;
+    }
+    constexpr std::size_t max_method = 64;
+    for (std::size_t i = start; i < have.size() && i - start <= max_method; ++i) {
+        const auto c = static_cast<unsigned char>(have[i]);
+        if (c == ' ' && i > start) {
+            break;
+        }
+        if (i == start && c == 0x16) {
+            return "a TLS handshake sent to the proxy port: it speaks HTTP; use CONNECT "
+                   "(HTTPS_PROXY=http://...)";
+        }
+        if (c == '\r' || c == '\n') {
+            if (i > start) {
+                return "not an HTTP request: no request-target after the method";
+            }
+            break;  // an empty line's CR not yet followed by its LF, or a bare LF below
+        }
+        if (!tchar(c)) {
+            return "not an HTTP request: the request line does not start with a method";
+        }
+        if (i - start == max_method) {
+            return "not an HTTP request: the method is too long";
+        }
+    }
+    for (std::size_t i = from; i < have.size(); ++i) {
+        const auto c = static_cast<unsigned char>(have[i]);
+        const bool after_cr = i > 0 && have[i - 1] == '\r';
+        if (after_cr && c != '\n') {
+            return "a bare CR in the request head (lines end with CRLF)";
+        }
+        if (c == '\n' && !after_cr) {
+            return "a bare LF in the request head (lines end with CRLF)";
+        }
+        if (c == 0) {
+            return "a NUL byte in the request head";
+        }
+        if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f) {
+            return "a control character in the request head";
+        }
+    }
+    return {};
+}
+
+std::string_view framing_refusal(std::size_t host_fields, std::size_t content_length_fields,
+                                 std::size_t transfer_encoding_fields,
+                                 std::string_view te_value) noexcept {
+    if (host_fields > 1) {
+        return "more than one Host";
+    }
+    if (content_length_fields > 1) {
+        return "more than one Content-Length";
+    }
+    if (content_length_fields > 0 && transfer_encoding_fields > 0) {
+        return "both Content-Length and Transfer-Encoding";
+    }
+    if (transfer_encoding_fields > 1 ||
+        (transfer_encoding_fields == 1 && !ascii_iequals(te_value, "chunked"))) {
+        return "only a single Transfer-Encoding: chunked is accepted";
+    }
+    return {};
+}
+
 }  // namespace cordon::proxy

@@ -146,4 +146,20 @@ std::string_view response_connection(unsigned version, bool keep, bool upgrade) 
 /// CRLF to before the final CRLF (each line still ends with its CRLF). Empty if none.
 std::string_view head_fields(std::string_view head) noexcept;
 
+/// Why the start of a request head is not HTTP/1.1 at all, or "": checks `have[from,
+/// size)` for NUL and other control bytes (HTAB aside), line ends that are not CRLF (a bare
+/// LF or CR), and the start of the request line (after any empty lines) for a method token
+/// followed by a space (a TLS ClientHello sent to the proxy port is named as such). Pass
+/// only the bytes of the head (up to its blank line, not a body behind it), growing, with
+/// `from` the size checked before: a client that sends no HTTP is refused as soon as its
+/// first bytes arrive, not at the header timeout.
+std::string_view head_prefix_refusal(std::string_view have, std::size_t from) noexcept;
+
+/// Why a request's framing and Host fields are refused (RFC 9112 3.2 and 6.3), or "": more
+/// than one Host, more than one Content-Length, both Content-Length and Transfer-Encoding,
+/// or a Transfer-Encoding other than a single "chunked" (`te_value`: the one field's value).
+std::string_view framing_refusal(std::size_t host_fields, std::size_t content_length_fields,
+                                 std::size_t transfer_encoding_fields,
+                                 std::string_view te_value) noexcept;
+
 }  // namespace cordon::proxy

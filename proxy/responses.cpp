@@ -67,8 +67,12 @@ std::string deny_response(int status, std::string_view reason, std::string_view 
                           std::string_view target, std::string_view message) {
     // Printable ASCII (config::append_json_string_ascii): the body reads the same whatever
     // terminal or log it ends up in.
+    // A 5xx with a deny reason is cordon refusing (audit_unavailable: 503), not the
+    // upstream failing: "denied", as the X-Cordon-Deny header says.
     std::string body = "{\"error\":\"";
-    body += status == 407 ? "proxy_auth_required" : status >= 500 ? "upstream_error" : "denied";
+    body += status == 407                      ? "proxy_auth_required"
+            : status >= 500 && reason.empty() ? "upstream_error"
+                                               : "denied";
     body += '"';
     if (!reason.empty()) {
         body += ",\"reason\":";

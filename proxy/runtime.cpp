@@ -1,5 +1,7 @@
 #include "proxy/runtime.hpp"
 
+#include <iostream>
+
 #include "config/classify.hpp"
 #include "config/load.hpp"
 #include "config/mode.hpp"
@@ -19,18 +21,21 @@ std::vector<std::string> job_names(const config::compiled_policy& p) {
 }  // namespace
 
 bool self_addresses::is_self(const config::ip_address& a, std::uint16_t port) const {
+    // Loopback and the unspecified range (0.0.0.0/8, ::, and their mapped or embedded
+    // forms: Linux connects 0.0.0.0 to 127.0.0.1) reach this host: they are refused for
+    // every listener port, whatever address that listener is bound to. Conservative: a
+    // listener on one interface address is not reached through 127.0.0.1, but nothing on
+    // this host is worth that guess.
+    const bool this_host = config::reaches_this_host(a);
     for (const auto& l : listeners) {
         if (l.port != port) {
             continue;
         }
-        if (l.address == a) {
+        if (this_host || l.address == a) {
             return true;
         }
         const bool wildcard = l.address.bytes() == std::array<std::uint8_t, 16>{};
         if (wildcard) {
-            if (config::classify(a).cls == config::ip_class::loopback) {
-                return true;
-            }
             for (const auto& local_addr : local) {
                 if (local_addr == a) {
                     return true;
@@ -160,7 +165,8 @@ awaitable<std::size_t> runtime::close_where(
     co_return co_await on_workers(fn, meanwhile);
 }
 
-awaitable<std::string> runtime::reload(const std::string& by) {
+awaitable<std::string> runtime::reload(const std::string& by,
+                                       std::vector<std::string>* needs_restart) {
     config::load_result r = config::load_policy_file(config_path_);
     if (!r.ok()) {
         std::string errors;
@@ -175,6 +181,17 @@ awaitable<std::string> runtime::reload(const std::string& by) {
                                                                                errors);
         audit(std::move(rec));
         co_return errors;
+    }
+    // What only a restart applies keeps its running value (and /v1/status reports that):
+    // say which changes wait for one, never pretend they took effect.
+    const std::vector<std::string> restart_only =
+        config::keep_restart_only(policy()->source(), *r.value);
+    for (const auto& name : restart_only) {
+        std::cerr << "cordon: reload: " << name << " changed: needs restart (the running "
+                  << "value stays in force)\n";
+    }
+    if (needs_restart != nullptr) {
+        *needs_restart = restart_only;
     }
     auto next = config::compile(std::move(*r.value));
     set_policy(next);
@@ -210,6 +227,13 @@ awaitable<std::string> runtime::reload(const std::string& by) {
         .add("jobs", static_cast<std::uint64_t>(next->source().jobs.size()))
         .add("rules", static_cast<std::uint64_t>(next->source().rule_count()))
         .add("connections_closed", static_cast<std::uint64_t>(closed));
+    if (!restart_only.empty()) {
+        std::string names;
+        for (const auto& name : restart_only) {
+            names += (names.empty() ? "" : ",") + name;
+        }
+        rec.add("needs_restart", names);
+    }
     audit(std::move(rec));
     co_return std::string();
 }

@@ -183,7 +183,10 @@ public:
 
     /// Loads config_path again and swaps the policy in; live connections the new policy no
     /// longer allows are closed (policy_changed). Returns the errors, empty on success.
-    awaitable<std::string> reload(const std::string& by);
+    /// Settings only a restart applies keep their running values (config::keep_restart_only);
+    /// the names of those the file changed go to `needs_restart`.
+    awaitable<std::string> reload(const std::string& by,
+                                  std::vector<std::string>* needs_restart = nullptr);
 
     // The kill switch (proxy/kill.cpp). Calls run on the control thread; the flag is read
     // by every request on the data path.

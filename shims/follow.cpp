@@ -44,6 +44,8 @@ struct follower {
     bool done = false;
     std::chrono::steady_clock::time_point lost_since{};
     bool lost = false;
+    /// The last read of an open stream's body: a resume.lost event covers the gap since.
+    std::chrono::steady_clock::time_point heard = std::chrono::steady_clock::now();
 
     void kill(std::string why) {
         if (!done) {
@@ -127,6 +129,7 @@ struct follower {
             if (done) {
                 co_return;
             }
+            heard = std::chrono::steady_clock::now();
         }
     }
 
@@ -134,6 +137,15 @@ struct follower {
         for (const auto& e : events) {
             if (!e.id.empty()) {
                 last_id = e.id;
+            }
+            if (e.type == "resume.lost") {
+                const auto down = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - heard);
+                if (auto why = resume_lost_reason(e, o.session, down)) {
+                    kill(std::move(*why));
+                    return;
+                }
+                continue;
             }
             if (auto why = kill_reason(e, o.session)) {
                 kill(std::move(*why));
@@ -189,7 +201,9 @@ void sse_parser::feed(std::string_view bytes, std::vector<sse_event>& out) {
 
 void sse_parser::line(std::string_view l, std::vector<sse_event>& out) {
     if (l.empty()) {
-        if (!current_.type.empty() || !current_.data.empty()) {
+        // An id-only block is kept too: cordon sends one first, the point a stream that
+        // breaks before its first event resumes from.
+        if (!current_.type.empty() || !current_.data.empty() || !current_.id.empty()) {
             out.push_back(std::move(current_));
         }
         current_ = {};
@@ -238,6 +252,55 @@ std::optional<std::string> kill_reason(const sse_event& e, std::string_view sess
     }
     if (e.type == "session.end" && s == session) {
         return "session ended" + who;
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> resume_lost_reason(const sse_event& e, std::string_view session,
+                                              std::chrono::milliseconds down_for) {
+    const std::string unknown = "the event stream lost its place and cordon's account of the "
+                                "gap is unreadable (fail closed)";
+    boost::system::error_code ec;
+    const auto v = boost::json::parse(e.data, ec);
+    if (ec || !v.is_object()) {
+        return unknown;
+    }
+    const auto& o = v.as_object();
+    const auto* kill = o.if_contains("kill");
+    if (kill == nullptr || !kill->is_object()) {
+        return unknown;
+    }
+    const auto* engaged = kill->as_object().if_contains("engaged");
+    if (engaged == nullptr || !engaged->is_bool()) {
+        return unknown;
+    }
+    if (engaged->as_bool()) {
+        return std::string("network kill (engaged while the event stream was down)");
+    }
+    if (!session.empty()) {
+        const auto* s = o.if_contains("session");
+        const std::string state =
+            s != nullptr && s->is_object() ? field(s->as_object(), "state") : std::string();
+        if (state.empty()) {
+            return unknown;
+        }
+        if (state != "active") {
+            return "session " + state + " while the event stream was down";
+        }
+    }
+    const auto* ago = kill->as_object().if_contains("changed_ms_ago");
+    if (ago == nullptr) {
+        return unknown;
+    }
+    if (!ago->is_null()) {
+        if (!ago->is_int64() && !ago->is_uint64()) {
+            return unknown;
+        }
+        const auto slack = std::chrono::seconds(1);
+        if (ago->to_number<std::int64_t>() <= (down_for + slack).count()) {
+            return std::string("the network kill switch changed while the event stream was "
+                               "down: a kill may have been missed (fail closed)");
+        }
     }
     return std::nullopt;
 }

@@ -25,8 +25,9 @@ struct sse_event {
 };
 
 /// Incremental text/event-stream parser: feed it bytes as they come (lines may be split
-/// anywhere, CRLF or LF); complete events are appended to `out`. Comment lines (":") are
-/// ignored. A line above 64 KiB is cut (bounded memory).
+/// anywhere, CRLF or LF); complete events are appended to `out`, id-only blocks included
+/// (empty type and data: they move the resume point). Comment lines (":") are ignored. A
+/// line above 64 KiB is cut (bounded memory).
 class sse_parser {
 public:
     void feed(std::string_view bytes, std::vector<sse_event>& out);
@@ -40,6 +41,16 @@ private:
 /// Why `e` must stop the agent of `session`, or nullopt: a kill of this session, its end,
 /// or a network kill. The text is for the operator ("session killed by ops: runaway").
 std::optional<std::string> kill_reason(const sse_event& e, std::string_view session);
+
+/// Why a `resume.lost` event must stop the agent of `session`, or nullopt. cordon sends it
+/// first when it cannot resume the stream from our Last-Event-ID (its store was reset, the
+/// id is beyond its last or too old): what happened in the gap is unknown, so the event
+/// carries the state now and the agent is stopped when the network kill is engaged, the
+/// session is not active (or unknown to cordon), the kill state changed within `down_for`
+/// (how long the stream was down, plus a second: a kill and revive in the gap), or the
+/// event cannot be read (fail closed).
+std::optional<std::string> resume_lost_reason(const sse_event& e, std::string_view session,
+                                              std::chrono::milliseconds down_for);
 
 struct follow_options {
     std::string host;  ///< admin API address (numeric or /etc/hosts name)

@@ -81,6 +81,67 @@ expect "huge message" contains "$(cat "$tmp/err")" "larger than 16 MiB"
 "$cordon" check-config - <"$src/config/examples/quickstart.yaml" >"$tmp/out"
 expect "stdin" contains "$(cat "$tmp/out")" "<stdin>: ok:"
 
+# Rules that open the unspecified range are refused: Linux connects 0.0.0.0 (and ::) to
+# this host, so CONNECT 0.0.0.0:ADMIN_PORT reached cordon's own admin API (issue 17).
+cat >"$tmp/zero.yaml" <<'YAML'
+listen: { proxy: 127.0.0.1:3128, admin: 127.0.0.1:9090 }
+admin: { token_file: /etc/cordon/admin.token }
+jobs:
+  a:
+    task: t
+    egress:
+      - { cidr: 0.0.0.0/32, ports: [9090], protocol: tcp }
+      - { cidr: "::/128", ports: [9090], protocol: tcp }
+      - { cidr: 0.0.0.0/8, ports: [80], protocol: http }
+      - { host: zero.example, ports: [443], resolves_to: [0.0.0.0/32] }
+      - { cidr: 0.0.0.0/0, ports: [22], protocol: tcp }
+YAML
+"$cordon" check-config "$tmp/zero.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+err=$(cat "$tmp/err")
+f="$tmp/zero.yaml"
+expect "unspecified exits 1" test "$rc" -eq 1
+expect "0.0.0.0/32" contains "$err" \
+    "$f:7:17: jobs.a.egress[0].cidr: 0.0.0.0/32 opens the unspecified range 0.0.0.0/32"
+expect "::/128" contains "$err" "$f:8:17: jobs.a.egress[1].cidr: ::/128 opens the unspecified"
+expect "0.0.0.0/8" contains "$err" "$f:9:17: jobs.a.egress[2].cidr: 0.0.0.0/8 opens the"
+expect "resolves_to" contains "$err" \
+    "$f:10:59: jobs.a.egress[3].resolves_to[0]: 0.0.0.0/32 opens the unspecified range"
+expect "unspecified count (0.0.0.0/0 is fine)" contains "$err" "$f: 4 errors"
+"$cordon" serve --config "$tmp/zero.yaml" >"$tmp/out" 2>"$tmp/err" &
+serve_pid=$!
+for _ in $(seq 50); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$serve_pid" 2>/dev/null; then
+    kill "$serve_pid"
+    expect "serve refuses the same policy" false
+fi
+wait "$serve_pid"
+expect "serve exits non-zero" test $? -ne 0
+expect "serve says why" contains "$(cat "$tmp/err")" "opens the unspecified range"
+
+# A rule an earlier one shadows (first match wins) is a warning, not an error.
+cat >"$tmp/shadow.yaml" <<'YAML'
+listen: { proxy: 127.0.0.1:3128 }
+jobs:
+  a:
+    task: t
+    egress:
+      - { host: api.example.com, ports: [443] }
+      - { host: api.example.com, ports: [443], protocol: tcp }
+      - { host: api.example.com, ports: [80, 443], protocol: tcp }
+YAML
+out=$("$cordon" check-config "$tmp/shadow.yaml" 2>"$tmp/err")
+rc=$?
+err=$(cat "$tmp/err")
+f="$tmp/shadow.yaml"
+expect "shadowed exits 0" test "$rc" -eq 0
+expect "shadowed summary" contains "$out" "shadow.yaml: ok: 1 job, 3 egress rules"
+expect "shadowed warning" contains "$err" \
+    "$f:7:9: warning: jobs.a.egress[1]: never matches: an earlier rule, jobs.a.egress[0] (api.example.com:443/tls, line 6)"
+expect "partly shadowed warning" contains "$err" \
+    "$f:8:9: warning: jobs.a.egress[2]: port 443 never matches:"
+expect "two warnings" test "$(grep -c ': warning: ' <<<"$err")" -eq 2
+
 # Help, version and usage errors.
 out=$("$cordon" --help)
 expect "--help exits 0" test $? -eq 0

@@ -1480,6 +1480,7 @@ class SSEClient:
 
     def __init__(self, addr, path, token, last_event_id=None, timeout=5):
         self.events = []
+        self.last_id = None  # the last id: field seen, dispatched or not
         self.comments = 0
         self.error = None
         self.eof = False
@@ -1575,7 +1576,9 @@ class SSEClient:
 
     def _dispatch(self):
         cur, self._cur = self._cur, {"id": None, "event": None, "data": []}
-        if not cur["data"] and cur["event"] is None and cur["id"] is None:
+        if cur["id"] is not None:
+            self.last_id = cur["id"]  # an id-only block moves it too (the SSE spec)
+        if not cur["data"] and cur["event"] is None:
             return
         data = "\n".join(cur["data"])
         try:

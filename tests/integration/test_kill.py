@@ -1184,6 +1184,74 @@ class EventStreamTests(KillCase):
                          f"connected consumer saw")
         self.assertEqual(len(expected), 6, expected)  # 2 revokes seen + 2 missed + kill/revive
 
+    def test_resume_from_an_id_it_cannot_serve_is_told_and_stays_live(self):
+        # Last-Event-ID: -1 wrapped to 2^64 - 1 and an id beyond the last made a stream deaf
+        # for good (issue 18). Now it starts from now, with a resume.lost event first.
+        last = self.cordon.admin("POST", f"/v1/sessions/{self.session['id']}/kill",
+                                 {"reason": "an event to have an id"})[1]
+        self.assertIsNotNone(last)
+        probe = self.sse()
+        cases = {"-1": "malformed", "18446744073709551616": "malformed", "7x": "malformed",
+                 "18446744073709551615": "ahead", "999999": "ahead"}
+        streams = {}
+        for given, why in cases.items():
+            s = self.sse(f"/v1/events?session={self.session['id']}", last_event_id=given)
+            self.assertEqual(s.status, 200)
+            got = s.wait_for(lambda e: e["event"] == "resume.lost", 1.0)
+            self.assertTrue(got, f"Last-Event-ID: {given}: no resume.lost: {s.snapshot()}")
+            js = got[0]["json"]
+            self.assertEqual(js.get("reason"), why, js)
+            self.assertEqual(js.get("kill"), {"engaged": False,
+                                              "changed_ms_ago": js["kill"]["changed_ms_ago"]})
+            self.assertEqual(js.get("session"), {"id": self.session["id"], "state": "killed"})
+            self.assertEqual(int(got[0]["id"]), js["last_id"], got[0])
+            streams[given] = s
+        self.assertEqual(self.kill_network("heard by every stream")[0], 200)
+        for given, s in streams.items():
+            with self.subTest(last_event_id=given):
+                self.assertTrue(s.wait_for(lambda e: e["event"] == "kill.network", 1.0),
+                                f"Last-Event-ID: {given}: deaf to the kill: {s.snapshot()}")
+        # A good id still replays, with no resume.lost.
+        net = probe.wait_for(lambda e: e["event"] == "kill.network", 1.0)
+        again = self.sse(last_event_id=str(int(net[0]["id"]) - 1))
+        self.assertTrue(again.wait_for(lambda e: e["event"] == "kill.network", 1.0))
+        self.assertEqual([e for e in again.snapshot() if e["event"] == "resume.lost"], [])
+
+    def test_closed_streams_release_their_descriptors_at_once(self):
+        # A gone client's stream held its fd until the next keepalive (up to 15 s).
+        def fds():
+            return len(os.listdir(f"/proc/{self.cordon.pid}/fd"))
+        base = fds()
+        streams = [self.sse() for _ in range(20)]
+        self.assertTrue(H.wait_until(lambda: fds() >= base + 15, 2), (base, fds()))
+        t0 = time.monotonic()
+        for s in streams:
+            s.sock.shutdown(socket.SHUT_RDWR)  # the client goes; its reader thread ends later
+        released = H.wait_until(lambda: fds() <= base + 2, 3)
+        self.assertTrue(released, f"{fds() - base} descriptors still held "
+                                  f"{time.monotonic() - t0:.1f}s after the clients closed")
+        self.assertLess(time.monotonic() - t0, 1.0)
+
+
+class StatusCliTests(KillCase):
+
+    def test_status_prints_reason_and_by_without_control_bytes(self):
+        # `cordon status` printed a kill's reason and by raw: ESC [2J cleared the screen and
+        # the line said "ALL CLEAR" while the kill was engaged (issue 18).
+        evil = "x\x1b[2J\x1b[H kill switch  off  ALL CLEAR\x00\x07\u009b\r"
+        st, js, _, _ = self.kill_network(evil, by="ops\x1b]0;pwned\x07")
+        self.assertEqual(st, 200, js)
+        r = H.cordon_cli(self.cordon, ["status"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        bad = sorted({hex(ord(ch)) for ch in out if (ord(ch) < 0x20 and ch != "\n")
+                      or ord(ch) >= 0x7f})
+        self.assertEqual(bad, [], f"control or non-ASCII characters in `cordon status`: {out!r}")
+        line = [l for l in out.splitlines() if l.startswith("kill switch")]
+        self.assertEqual(len(line), 1, out)
+        self.assertIn("ENGAGED: x?[2J?[H kill switch  off  ALL CLEAR", line[0])
+        self.assertIn("(by ops?]0;pwned?", line[0])
+
 
 # ======================================================================================
 # Durability: kill -9 and restart; a corrupt store
@@ -1197,6 +1265,36 @@ class DurabilityTests(unittest.TestCase):
         self.cordon.start()
         self._conns = []
         self.addCleanup(lambda: [c.close() for c in self._conns])
+
+    def test_follower_resuming_after_a_store_reset_learns_of_the_kill(self):
+        # The state store was reset (a new volume): ids start again, a follower's id is now
+        # beyond the last, and it missed the kill.network made before it reconnected.
+        sid = self.cordon.create_session("agent")["id"]
+        for _ in range(5):
+            tok = self.cordon.mint_token(sid)
+            self.assertEqual(self.cordon.admin(
+                "DELETE", f"/v1/sessions/{sid}/tokens/{tok['token_id']}")[0], 200)
+        s = H.SSEClient(self.cordon.admin_addr, "/v1/events", self.cordon.admin_token, "0")
+        self.addCleanup(s.close)
+        got = s.wait_for(lambda e: e["event"] == "token.revoke", 2, count=5)
+        self.assertEqual(len(got), 5, s.snapshot())
+        resume_from = got[-1]["id"]
+        s.close()
+        self.cordon.proc.send_signal(signal.SIGTERM)
+        self.cordon.proc.wait(10)
+        for name in os.listdir(self.cordon.state_dir):
+            os.unlink(os.path.join(self.cordon.state_dir, name))
+        H.cordon_restart(self.cordon)
+        st, js = self.cordon.admin("POST", "/v1/kill", {"reason": "after the reset"})
+        self.assertEqual(st, 200, js)
+        again = H.SSEClient(self.cordon.admin_addr, "/v1/events", self.cordon.admin_token,
+                            resume_from)
+        self.addCleanup(again.close)
+        lost = again.wait_for(lambda e: e["event"] == "resume.lost", 1.0)
+        self.assertTrue(lost, f"resumed from {resume_from} after a reset: {again.snapshot()}")
+        self.assertEqual(lost[0]["json"]["reason"], "ahead", lost[0])
+        self.assertIs(lost[0]["json"]["kill"]["engaged"], True, lost[0])
+        self.assertLess(lost[0]["json"]["kill"]["changed_ms_ago"], 10_000, lost[0])
 
     def tunnel(self, session, token=None):
         c = self.cordon.conn(5)

@@ -255,6 +255,30 @@ class AdminAPITests(CordonTestCase):
         self.assertIn(b"application/json", head, data)
         self.assertEqual(json.loads(body), {"error": "malformed request: bad field"})
 
+    def test_admin_body_framed_two_ways_is_400(self):
+        # Transfer-Encoding: xchunked with a Content-Length was read by the length and acted
+        # on (issue 18); RFC 9112 6.3: 400, and nothing done.
+        before = self.cordon.status()["sessions_active"]
+        body = b'{"job": "web"}'
+        for te in ("xchunked", "chunked", "identity", "chunked, chunked"):
+            with self.subTest(te=te):
+                with socket.create_connection(self.cordon.admin_addr, timeout=5) as s:
+                    s.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: admin\r\n"
+                              b"Authorization: Bearer " + self.cordon.admin_token.encode() +
+                              b"\r\nContent-Type: application/json\r\n"
+                              b"Transfer-Encoding: " + te.encode() + b"\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                    data = b""
+                    while not data.endswith(b"}\n"):
+                        chunk = s.recv(4096)
+                        if not chunk:
+                            break
+                        data += chunk
+                head, _, rest = data.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 400 "), data)
+                self.assertIn("malformed request", json.loads(rest)["error"])
+        self.assertEqual(self.cordon.status()["sessions_active"], before)
+
     def test_healthz_needs_no_token(self):
         status, js = self.cordon.admin("GET", "/healthz", token=None)
         self.assertEqual((status, js), (200, {"status": "ok"}))
@@ -1169,6 +1193,49 @@ class SmugglingTests(CordonTestCase):
         self.assert400(self.head(m, "X-A: a\x00b\r\nContent-Length: 0\r\n\r\n"))
         self.assert400(self.head(m, "X-A: a\rb\r\nContent-Length: 0\r\n\r\n"))
 
+    def test_two_host_fields_400(self):
+        # RFC 9112 3.2: more than one Host is a 400. cordon forwarded such a request with
+        # the first kept (issue 17), even with two different names behind one proxy.
+        m = marker("twohost")
+        host = f"localhost:{HTTP.port}"
+        for second in (host, "evil.test"):
+            with self.subTest(second=second):
+                self.assert400(http_req("GET", f"http://{host}{m}", auth=self.auth,
+                                        headers=[("Host", second)]))
+        self.assertEqual(HTTP.requests_matching(m), [])
+
+    def test_heads_that_are_not_http_answered_at_once(self):
+        # An LF-only head, NUL bytes, a ClientHello sent to the proxy port: 400 at once, not
+        # silence until the header timeout (5 s here).
+        inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ssl.create_default_context().wrap_bio(inc, out, server_hostname="a.test")
+        with self.assertRaises(ssl.SSLWantReadError):
+            tls.do_handshake()
+        hello = out.read()
+        self.assertEqual(hello[0], 0x16)
+        m = marker("lf")
+        for name, data in [
+                ("LF-only lines", f"GET http://localhost:{HTTP.port}{m} HTTP/1.1\n"
+                                  f"Host: localhost:{HTTP.port}\n"
+                                  f"Proxy-Authorization: {self.auth}\n\n".encode()),
+                ("NUL bytes", b"\x00" * 16),
+                ("a TLS ClientHello", hello),
+                ("SSH banner", b"SSH-2.0-OpenSSH_9.2\r\n")]:
+            with self.subTest(name):
+                c = self.conn()
+                t0 = time.monotonic()
+                c.send(data)
+                try:
+                    r = c.read_response(timeout=4)
+                except (EOFError, ConnectionResetError, socket.timeout, TimeoutError) as e:
+                    self.fail(f"{name}: no answer within 4 s ({e!r})")
+                dt = time.monotonic() - t0
+                self.assertEqual(r.status, 400, r)
+                self.assertEqual(r.header("X-Cordon-Deny"), "bad_request", r)
+                self.assertLess(dt, 1.0, f"{name}: answered only after {dt:.2f}s")
+                self.assertClosed(c)
+        self.assertEqual(HTTP.requests_matching(m), [])
+
 
 # ======================================================================================
 # Streaming bodies (and memory)
@@ -1699,6 +1766,91 @@ class ReloadTests(CordonTestCase):
         self.cordon.signal(signal.SIGHUP)
         time.sleep(1)
         self.assertTrue(self.cordon.alive(), "cordon died on SIGHUP with a bad policy")
+        c, r = self.tunnel(f"raw.test:{ECHO.port}")
+        self.assertEqual(r.status, 200, r)
+
+    def test_rules_opening_the_unspecified_range_are_refused(self):
+        # Linux connects 0.0.0.0 (and ::) to this host: a rule opening 0.0.0.0/32 made
+        # CONNECT 0.0.0.0:ADMIN_PORT cordon's own admin API (issue 17). Such a policy never
+        # loads, and the attempts stay refused whatever form the address takes.
+        aport = self.cordon.admin_addr[1]
+        for rule in [f"{{ cidr: 0.0.0.0/32, ports: [{aport}], protocol: tcp }}",
+                     f"{{ cidr: 0.0.0.0/8, ports: [{aport}], protocol: http }}",
+                     f'{{ cidr: "::/128", ports: [{aport}], protocol: tcp }}',
+                     f'{{ cidr: "64:ff9b::/128", ports: [{aport}], protocol: tcp }}',
+                     f"{{ host: self.test, ports: [{aport}], protocol: tcp, "
+                     f"resolves_to: [0.0.0.0/32] }}"]:
+            with self.subTest(rule=rule):
+                self.cordon.write_policy(jobs_yaml(extra_web_rules=f"      - {rule}\n"))
+                status, js = self.cordon.admin("POST", "/v1/reload")
+                self.assertEqual(status, 400, js)
+                self.assertRegex(js.get("error", ""), re.escape(self.cordon.config_path) +
+                                 r":\d+:\d+: jobs\.web\.egress\[\d+\]\.\w+.*: .* opens the "
+                                 r"unspecified range")
+        self.assertEqual(self.cordon.status()["policy"]["rules"], N_RULES)
+        for target in [f"0.0.0.0:{aport}", f"[::ffff:0.0.0.0]:{aport}", f"[::]:{aport}",
+                       f"0.0.0.1:{aport}"]:
+            with self.subTest(target=target):
+                c, r = self.tunnel(target)
+                self.assertEqual(r.status, 403, r)
+                self.assertClosed(c)
+        c, r = self.request(http_req("GET", f"http://0.0.0.0:{aport}/v1/status",
+                                     auth=self.auth))
+        self.assertEqual(r.status, 403, r)
+
+    def test_fifo_at_the_policy_path_never_blocks_the_control_thread(self):
+        # open() of a FIFO blocks until a writer comes: on SIGHUP that was the control thread,
+        # and with it the admin API and the kill switch (issue 18).
+        fifo = self.cordon.config_path + ".fifo"
+        os.mkfifo(fifo)
+        os.replace(fifo, self.cordon.config_path)
+
+        def unblock():  # a reader stuck in open() is let go by a writer's open
+            try:
+                os.close(os.open(self.cordon.config_path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        self.addCleanup(self.cordon.write_policy, jobs_yaml())
+        self.addCleanup(unblock)
+        self.cordon.signal(signal.SIGHUP)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        try:
+            status, js = self.cordon.admin("GET", "/v1/status")
+        except (TimeoutError, socket.timeout) as e:
+            self.fail(f"the admin API did not answer after SIGHUP with a FIFO policy: {e!r}")
+        self.assertEqual(status, 200, js)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertGreaterEqual(js["reloads"]["failed"], 1, js)
+        status, js = self.cordon.admin("POST", "/v1/reload")
+        self.assertEqual(status, 400, js)
+        self.assertIn("is not a regular file (a FIFO)", js.get("error", ""))
+        c, r = self.tunnel(f"raw.test:{ECHO.port}")
+        self.assertEqual(r.status, 200, "the old policy should still be in force")
+
+    def test_reload_never_claims_restart_only_settings(self):
+        # Reload kept the listeners and the audit log but /v1/status showed the file's new
+        # values (and `cordon run` reads listen.dns from it): now they stay, and the answer
+        # says which changes need a restart.
+        before = self.cordon.status()
+        new_audit = self.cordon.tmp.join("audit-elsewhere")
+        text = self.cordon.policy_text(jobs_yaml())
+        text = text.replace("  proxy: 127.0.0.1:0\n", f"  proxy: 127.0.0.1:{H.free_port()}\n"
+                            f"  dns: 127.0.0.1:{H.free_port()}\n")
+        text = text.replace(f"  path: {self.cordon.audit_dir}\n", f"  path: {new_audit}\n")
+        self.cordon.write_policy(raw_text=text)
+        status, js = self.cordon.admin("POST", "/v1/reload")
+        self.assertEqual(status, 200, js)
+        self.assertEqual(js.get("needs_restart"), ["listen.proxy", "listen.dns", "audit.path"],
+                         js)
+        after = self.cordon.status()
+        self.assertEqual(after["listen"], before["listen"])
+        self.assertEqual(after["audit"]["path"], self.cordon.audit_dir)
+        self.assertFalse(os.path.exists(new_audit))
+        ev = self.cordon.wait_events(lambda e: e["event"] == "config.reload" and
+                                     e.get("needs_restart"))
+        self.assertEqual(ev[-1]["needs_restart"], "listen.proxy,listen.dns,audit.path", ev)
+        # The rest of the file did apply, and the proxy still listens where it did.
         c, r = self.tunnel(f"raw.test:{ECHO.port}")
         self.assertEqual(r.status, 200, r)
 

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -506,6 +507,45 @@ class RunTest(unittest.TestCase):
                 self.assertEqual(p.returncode, 137)
                 self.assertLess(time.monotonic() - t0, 3.0)
                 self.assertIn("lost the admin API", p.stderr.read())
+            finally:
+                reap(p)
+        finally:
+            c.cleanup()
+
+    def test_a_reset_store_behind_the_stream_kills_the_sandbox(self):
+        # cordon restarts on the same admin address with its state store reset: the shim's
+        # Last-Event-ID is beyond cordon's last, and cordon no longer knows the session. The
+        # follower used to resume deaf (and miss any kill from then on); now cordon answers
+        # resume.lost and the shim, unable to rule out a kill in the gap, kills (issue 18).
+        c = H.Cordon("  a:\n    task: reset\n", UP.port)
+        text = c.policy_text("  a:\n    task: reset\n").replace(
+            "  admin: 127.0.0.1:0\n", f"  admin: 127.0.0.1:{H.free_port()}\n")
+        c.write_policy(raw_text=text)
+        c.start()
+        try:
+            other = c.create_session("a")
+            st, js = c.admin("POST", f"/v1/sessions/{other['id']}/kill", {"reason": "ids"})
+            self.assertEqual(st, 200, js)
+            env = self.run_env()
+            env["CORDON_ADMIN"] = "http://%s:%d" % c.admin_addr
+            env["CORDON_ADMIN_TOKEN_FILE"] = c.token_file
+            p = subprocess.Popen([c.bin, "run", "--job", "a", "--admin-grace", "30s", "--",
+                                  "sh", "-c", "echo ready; exec sleep 60"],
+                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(p.stdout.readline().strip(), "ready")
+                time.sleep(0.3)  # the shim's stream is open (it follows before the agent runs)
+                c.proc.send_signal(signal.SIGTERM)
+                c.proc.wait(10)
+                for name in os.listdir(c.state_dir):
+                    os.unlink(os.path.join(c.state_dir, name))
+                H.cordon_restart(c)
+                t0 = time.monotonic()
+                p.wait(timeout=10)
+                self.assertEqual(p.returncode, 137)
+                self.assertLess(time.monotonic() - t0, 3.0)
+                self.assertIn("while the event stream was down", p.stderr.read())
             finally:
                 reap(p)
         finally:

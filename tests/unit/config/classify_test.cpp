@@ -437,4 +437,22 @@ TEST_CASE("classify: a sweep keeps every range holding its address", "[classify]
     }
 }
 
+TEST_CASE("reaches_this_host: loopback and the unspecified range, in every form",
+          "[classify]") {
+    // Linux connects 0.0.0.0 (and :: to ::1) to this host: the self-connect guard must see
+    // them, however the client writes them (issue 17: CONNECT 0.0.0.0:ADMIN_PORT).
+    for (const char* s : {"0.0.0.0", "0.0.0.1", "0.255.255.255", "127.0.0.1", "127.9.8.7", "::",
+                          "::1", "::ffff:0.0.0.0", "::ffff:127.0.0.1", "::0.0.0.0",
+                          "::127.0.0.1", "64:ff9b::", "64:ff9b::7f00:1", "2002::",
+                          "2002:7f00:1::"}) {
+        INFO(s);
+        CHECK(reaches_this_host(ip(s)));
+    }
+    for (const char* s : {"1.0.0.0", "10.0.0.1", "169.254.169.254", "8.8.8.8", "::2:0:0:1",
+                          "fe80::1", "2001:db8::1", "64:ff9b::808:808", "100.64.0.1"}) {
+        INFO(s);
+        CHECK_FALSE(reaches_this_host(ip(s)));
+    }
+}
+
 }  // namespace cordon::config

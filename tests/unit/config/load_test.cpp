@@ -4,10 +4,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <initializer_list>
 #include <iterator>
 #include <random>
@@ -987,6 +992,129 @@ TEST_CASE("load: resolves_to", "[load]") {
     });
 }
 
+TEST_CASE("load: rules that open the unspecified range are refused", "[load]") {
+    // Linux connects 0.0.0.0 (and ::) to this host: CONNECT 0.0.0.0:ADMIN_PORT reached
+    // cordon's own admin API through a rule opening 0.0.0.0/32 (issue 17).
+    const std::string c = "jobs.j.egress[0].cidr";
+    const std::string r = "jobs.j.egress[0].resolves_to";
+    const std::string says = "which the kernel connects to this host";
+    check_cases({
+        {"0.0.0.0/32", with_rule("{ cidr: 0.0.0.0/32, ports: [9090], protocol: tcp }"), 6, 17, c,
+         "0.0.0.0/32 opens the unspecified range 0.0.0.0/32, " + says},
+        {"0.0.0.0/8", with_rule("{ cidr: 0.0.0.0/8, ports: [80], protocol: http }"), 6, 17, c,
+         "0.0.0.0/8 opens the unspecified range 0.0.0.0/8"},
+        {"0.0.0.0/31", with_rule("{ cidr: 0.0.0.0/31, ports: [22], protocol: tcp }"), 6, 17, c,
+         "0.0.0.0/31 opens the unspecified range 0.0.0.0/8"},
+        {"0.1.2.3/32", with_rule("{ cidr: 0.1.2.3/32, ports: [22], protocol: tcp }"), 6, 17, c,
+         "0.1.2.3/32 opens the unspecified range 0.0.0.0/8"},
+        {"::/128", with_rule("{ cidr: \"::/128\", ports: [22], protocol: tcp }"), 6, 17, c,
+         "::/128 opens the unspecified range ::/128"},
+        {"IPv4-compatible ::/104", with_rule("{ cidr: \"::/104\", ports: [22], protocol: tcp }"),
+         6, 17, c, "::/104 opens the unspecified range ::/104"},
+        {"NAT64 of 0.0.0.0",
+         with_rule("{ cidr: \"64:ff9b::/128\", ports: [22], protocol: tcp }"), 6, 17, c,
+         "64:ff9b::/128 opens the unspecified range 64:ff9b::/128"},
+        {"resolves_to 0.0.0.0/32",
+         with_rule("{ host: a.com, ports: [443], resolves_to: [0.0.0.0/32] }"), 6, 52, r + "[0]",
+         "0.0.0.0/32 opens the unspecified range 0.0.0.0/32"},
+        {"resolves_to ::/128",
+         with_rule("{ host: a.com, ports: [443], resolves_to: [10.0.0.0/8, \"::/128\"] }"), 6,
+         64, r + "[1]", "::/128 opens the unspecified range ::/128"},
+    });
+    // Wider prefixes never open it (classify: their range is not inside it): still valid.
+    check_valid({
+        {"cidr 0.0.0.0/0", with_rule("{ cidr: 0.0.0.0/0, ports: [22], protocol: tcp }")},
+        {"cidr ::/0", with_rule("{ cidr: \"::/0\", ports: [22], protocol: tcp }")},
+        {"cidr 0.0.0.0/7", with_rule("{ cidr: 0.0.0.0/7, ports: [22], protocol: tcp }")},
+        {"cidr ::/96", with_rule("{ cidr: \"::/96\", ports: [22], protocol: tcp }")},
+        {"resolves_to loopback",
+         with_rule("{ host: a.com, ports: [443], resolves_to: [127.0.0.0/8] }")},
+    });
+}
+
+// Rules after the first of job `j`: `rules` are its egress items, one per line from line 6.
+std::string with_rules(std::initializer_list<std::string_view> rules) {
+    std::string egress = "    egress:";
+    for (const auto r : rules) {
+        egress += "\n      - " + std::string(r);
+    }
+    return with_job(egress);
+}
+
+TEST_CASE("load: warnings for rules an earlier rule shadows", "[load]") {
+    SECTION("a tls and a tcp rule for the same host and port: the second never matches") {
+        const load_result r = load(with_rules({"{ host: a.com, ports: [443] }",
+                                               "{ host: a.com, ports: [443], protocol: tcp }"}));
+        INFO(dump(r));
+        REQUIRE(r.ok());
+        REQUIRE(r.warnings.size() == 1);
+        CHECK(r.warnings[0].line == 7);
+        CHECK(r.warnings[0].column == 9);
+        CHECK(r.warnings[0].message ==
+              "jobs.j.egress[1]: never matches: an earlier rule, jobs.j.egress[0] "
+              "(a.com:443/tls, line 6), takes those requests first (the first matching rule "
+              "wins)");
+    }
+    SECTION("some ports only") {
+        const load_result r =
+            load(with_rules({"{ host: \"*.a.com\", ports: [443, 8443], protocol: tcp }",
+                             "{ host: \"*.a.com\", ports: [80, 443, 8443] }"}));
+        REQUIRE(r.ok());
+        REQUIRE(r.warnings.size() == 1);
+        CHECK_THAT(r.warnings[0].message,
+                   StartsWith("jobs.j.egress[1]: ports 443,8443 never match: an earlier rule, "
+                              "jobs.j.egress[0] (*.a.com:443,8443/tcp, line 6)"));
+    }
+    SECTION("several earlier rules together") {
+        const load_result r = load(with_rules(
+            {"{ cidr: 10.0.0.0/8, ports: [22], protocol: tcp }",
+             "{ cidr: 10.0.0.0/8, ports: [23], protocol: tcp }",
+             "{ cidr: 10.0.0.0/8, ports: [22, 23], protocol: tcp }"}));
+        REQUIRE(r.ok());
+        REQUIRE(r.warnings.size() == 1);
+        CHECK(r.warnings[0].line == 8);
+        CHECK_THAT(r.warnings[0].message, StartsWith("jobs.j.egress[2]: never matches"));
+    }
+    SECTION("http rules: by method") {
+        const load_result r = load(with_rules(
+            {"{ host: a.com, ports: [80], protocol: http, methods: [GET, POST] }",
+             "{ host: a.com, ports: [80], protocol: http, methods: [GET] }",
+             "{ host: a.com, ports: [80], protocol: http }",
+             "{ host: a.com, ports: [80], protocol: http, methods: [PUT] }"}));
+        REQUIRE(r.ok());
+        // [GET] is inside [GET, POST]; "any" is not; [PUT] is inside "any" (line 8).
+        REQUIRE(r.warnings.size() == 2);
+        CHECK(r.warnings[0].line == 7);
+        CHECK(r.warnings[1].line == 9);
+        CHECK_THAT(r.warnings[1].message, Contains("jobs.j.egress[2] (a.com:80/http, line 8)"));
+    }
+    SECTION("no warning where the rules differ in what they take") {
+        const load_result r = load(with_rules(
+            {"{ host: a.com, ports: [443] }", "{ host: a.com, ports: [80], protocol: http }",
+             "{ host: b.a.com, ports: [443] }", "{ host: \"*.a.com\", ports: [443] }",
+             "{ host: a.com, ports: [8443] }", "{ cidr: 10.0.0.0/16, ports: [22], protocol: tcp }",
+             "{ cidr: 10.0.0.0/8, ports: [22], protocol: tcp }"}));
+        INFO(dump(r));
+        REQUIRE(r.ok());
+        CHECK(r.warnings.empty());
+    }
+    SECTION("other jobs' rules never shadow") {
+        const load_result r = load(std::string(listen_line) +
+                                   "jobs:\n  a:\n    task: t\n    egress: [{ host: a.com, "
+                                   "ports: [443] }]\n  b:\n    task: t\n    egress: [{ host: "
+                                   "a.com, ports: [443], protocol: tcp }]\n");
+        REQUIRE(r.ok());
+        CHECK(r.warnings.empty());
+    }
+    SECTION("the examples have none") {
+        for (const char* f : {"quickstart.yaml", "agent-fleet.yaml"}) {
+            const load_result r = load_policy_file(examples + f);
+            REQUIRE(r.ok());
+            CHECK(r.warnings.empty());
+        }
+    }
+}
+
 TEST_CASE("load: identity", "[load]") {
     const std::string t = "jobs.j.identity.ttl";
     check_cases({
@@ -1620,6 +1748,35 @@ TEST_CASE("load: load_policy_file", "[load]") {
         const load_result r = load_policy_file(f.path());
         REQUIRE(r.ok());
         CHECK(r.value->source == f.path());
+    }
+    SECTION("a FIFO is refused at once, never waited on") {
+        // open() of a FIFO blocked until a writer came: on SIGHUP that was the control
+        // thread, and with it the kill switch (issue 18).
+        std::random_device rd;
+        const std::string path = (std::filesystem::temp_directory_path() /
+                                  ("cordon_load_test_" + std::to_string(rd()) + ".fifo"))
+                                     .string();
+        REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+        auto pending = std::async(std::launch::async, [&path] { return load_policy_file(path); });
+        const bool answered = pending.wait_for(std::chrono::seconds(3)) ==
+                              std::future_status::ready;
+        if (!answered) {
+            // Let the blocked reader go (a writer's open), so the test ends either way.
+            ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));
+        }
+        const load_result r = pending.get();
+        std::filesystem::remove(path);
+        REQUIRE(answered);
+        CHECK_FALSE(r.ok());
+        REQUIRE(r.errors.size() == 1);
+        CHECK(r.errors[0].to_string() ==
+              path + ": is not a regular file (a FIFO); refusing to read it");
+    }
+    SECTION("a character device is refused") {
+        const load_result r = load_policy_file("/dev/zero");
+        REQUIRE(r.errors.size() == 1);
+        CHECK(r.errors[0].message == "is not a regular file (a character device); refusing to "
+                                     "read it");
     }
 }
 

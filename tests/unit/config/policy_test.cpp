@@ -253,3 +253,44 @@ TEST_CASE("policy: find_job and rule_count", "[policy]") {
     const policy& cp = p;
     CHECK(cp.find_job("b")->name == "b");
 }
+
+TEST_CASE("policy: keep_restart_only keeps what only a start applies", "[policy]") {
+    policy running;
+    running.listen.proxy = *parse_endpoint("127.0.0.1:3128").value;
+    running.listen.dns = parse_endpoint("127.0.0.1:5353").value;
+    running.admin.token_file = "/etc/cordon/admin.token";
+    running.audit.path = "/var/log/cordon";
+    running.proxy.header_timeout = std::chrono::seconds(10);
+    SECTION("nothing changed: nothing named, nothing touched") {
+        policy next = running;
+        next.proxy.header_timeout = std::chrono::seconds(3);  // reloadable: stays as asked
+        CHECK(keep_restart_only(running, next).empty());
+        CHECK(next.proxy.header_timeout == std::chrono::seconds(3));
+    }
+    SECTION("listeners, token file, state and audit go back to the running values") {
+        policy next = running;
+        next.listen.proxy = *parse_endpoint("127.0.0.1:4000").value;
+        next.listen.dns.reset();
+        next.listen.admin = parse_endpoint("127.0.0.1:9999").value;
+        next.admin.token_file = "/tmp/other.token";
+        next.state.path = "/tmp/state";
+        next.audit.path = "/tmp/audit";
+        next.audit.retention_days = 7;
+        next.audit.max_file_bytes = 1024;
+        next.proxy.header_timeout = std::chrono::seconds(3);
+        const auto named = keep_restart_only(running, next);
+        CHECK(named == std::vector<std::string>{"listen.proxy", "listen.dns", "listen.admin",
+                                                "admin.token_file", "state.path", "audit.path",
+                                                "audit.retention_days",
+                                                "audit.max_file_bytes"});
+        CHECK(next.listen.proxy == running.listen.proxy);
+        CHECK(next.listen.dns == running.listen.dns);
+        CHECK(next.listen.admin == running.listen.admin);
+        CHECK(next.admin.token_file == running.admin.token_file);
+        CHECK(next.state.path == running.state.path);
+        CHECK(next.audit.path == running.audit.path);
+        CHECK(next.audit.retention_days == running.audit.retention_days);
+        CHECK(next.audit.max_file_bytes == running.audit.max_file_bytes);
+        CHECK(next.proxy.header_timeout == std::chrono::seconds(3));
+    }
+}

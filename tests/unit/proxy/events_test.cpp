@@ -89,3 +89,42 @@ TEST_CASE("event_bus: wait() wakes on publish and times out otherwise", "[events
     ioc.run();
     CHECK(returned);
 }
+
+TEST_CASE("parse_event_id: decimal digits that fit, nothing else", "[events]") {
+    CHECK(parse_event_id("0") == 0u);
+    CHECK(parse_event_id("42") == 42u);
+    CHECK(parse_event_id("18446744073709551615") == UINT64_MAX);
+    // std::stoull read "-1" as 2^64 - 1: a stream deaf for good (issue 18).
+    for (const char* bad : {"", "-1", "+1", " 1", "1 ", "1x", "0x10", "18446744073709551616",
+                            "99999999999999999999", "1.0"}) {
+        INFO(bad);
+        CHECK_FALSE(parse_event_id(bad));
+    }
+}
+
+TEST_CASE("resume_lost: ids a stream cannot resume from", "[events]") {
+    event_bus bus({}, 100);  // a store that held 100 events before a restart
+    for (int i = 0; i < 5000; ++i) {
+        bus.publish("token.revoke", "s", "{}");  // memory keeps the last 4096: 1005..5100
+    }
+    REQUIRE(bus.last_id() == 5100);
+    std::uint64_t asked = 0;
+    const std::function<std::uint64_t(std::uint64_t)> store_holds_all =
+        [&asked](std::uint64_t after) {
+            asked = after;
+            return after + 1;
+        };
+    const std::function<std::uint64_t(std::uint64_t)> store_pruned = [](std::uint64_t) {
+        return std::uint64_t{3000};
+    };
+    CHECK(resume_lost(std::nullopt, bus, store_holds_all) == "malformed");
+    CHECK(resume_lost(5101, bus, store_holds_all) == "ahead");  // the store was reset
+    CHECK(resume_lost(UINT64_MAX, bus, store_holds_all) == "ahead");
+    CHECK(resume_lost(5100, bus, store_holds_all).empty());
+    CHECK(resume_lost(1004, bus, store_holds_all).empty());  // memory reaches back to it
+    CHECK(asked == 0);                                        // without asking the store
+    CHECK(resume_lost(10, bus, store_holds_all).empty());     // the store has 11 on
+    CHECK(asked == 10);
+    CHECK(resume_lost(10, bus, store_pruned) == "gone");
+    CHECK(resume_lost(10, bus, {}) == "gone");  // no store
+}

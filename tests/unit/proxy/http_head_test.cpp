@@ -159,3 +159,76 @@ TEST_CASE("head_fields is the part between the start line and the blank line", "
     CHECK(head_fields("GET / HTTP/1.1").empty());
     CHECK(head_fields("").empty());
 }
+
+namespace {
+
+// head_prefix_refusal over `s` fed in pieces of `step` bytes, as read_head sees it.
+std::string refusal_fed(std::string_view s, std::size_t step) {
+    std::size_t checked = 0;
+    for (std::size_t n = std::min(step, s.size());; n = std::min(n + step, s.size())) {
+        const std::string_view r = head_prefix_refusal(s.substr(0, n), checked);
+        if (!r.empty()) {
+            return std::string(r);
+        }
+        checked = n;
+        if (n == s.size()) {
+            return {};
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("head_prefix_refusal: HTTP heads pass, in any split", "[http_head]") {
+    for (const std::string_view head :
+         {std::string_view("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+          std::string_view("CONNECT a.test:443 HTTP/1.1\r\nX-A: caf\xc3\xa9\t\r\n\r\n"),
+          std::string_view("\r\nPOST http://a.test/ HTTP/1.0\r\n\r\n"),
+          std::string_view("M-SEARCH * HTTP/1.1\r\n\r\n"), std::string_view("G"),
+          std::string_view("\r")}) {
+        for (const std::size_t step :
+             {std::size_t{1}, std::size_t{2}, std::size_t{7}, head.size()}) {
+            INFO(head << " by " << step);
+            CHECK(refusal_fed(head, step).empty());
+        }
+    }
+}
+
+TEST_CASE("head_prefix_refusal: what is not HTTP is named at its first bytes", "[http_head]") {
+    struct refusal_case {
+        std::string bytes;
+        std::string says;
+    };
+    const auto c = GENERATE(values<refusal_case>({
+        {"GET http://a.test/ HTTP/1.1\nHost: a.test\n\n", "a bare LF"},
+        {"GET http://a.test/ HTTP/1.1\r\nHost: a\rb\r\n", "a bare CR"},
+        {std::string("\0\0\0\0", 4), "does not start with a method"},
+        {std::string("GET / HTTP/1.1\r\nX: a\0b", 22), "a NUL byte"},
+        {"GET / HTTP/1.1\r\nX: a\x1b[2Jb\r\n", "a control character"},
+        {"GET / HTTP/1.1\r\nX: a\x7f\r\n", "a control character"},
+        {"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "a TLS handshake"},
+        {"\xff\xfd\x18", "does not start with a method"},
+        {"GE(T / HTTP/1.1\r\n", "does not start with a method"},
+        {"HELLO\r\n", "no request-target"},
+        {std::string(65, 'A') + " / HTTP/1.1\r\n", "the method is too long"},
+        {"SSH-2.0-OpenSSH_9.2\r\n", "not an HTTP request"},
+    }));
+    for (const std::size_t step : {std::size_t{1}, std::size_t{3}, c.bytes.size()}) {
+        INFO(c.bytes << " by " << step);
+        CHECK_THAT(refusal_fed(c.bytes, step), Catch::Matchers::Contains(c.says));
+    }
+}
+
+TEST_CASE("framing_refusal: RFC 9112 framing and Host", "[http_head]") {
+    CHECK(framing_refusal(1, 1, 0, "").empty());
+    CHECK(framing_refusal(0, 0, 1, "chunked").empty());
+    CHECK(framing_refusal(1, 0, 1, "Chunked").empty());
+    CHECK(framing_refusal(2, 0, 0, "") == "more than one Host");
+    CHECK(framing_refusal(1, 2, 0, "") == "more than one Content-Length");
+    CHECK(framing_refusal(1, 1, 1, "chunked") == "both Content-Length and Transfer-Encoding");
+    CHECK(framing_refusal(1, 1, 1, "xchunked") == "both Content-Length and Transfer-Encoding");
+    CHECK(framing_refusal(1, 0, 1, "xchunked") ==
+          "only a single Transfer-Encoding: chunked is accepted");
+    CHECK(framing_refusal(1, 0, 2, "chunked") ==
+          "only a single Transfer-Encoding: chunked is accepted");
+}

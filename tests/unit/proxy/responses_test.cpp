@@ -170,7 +170,7 @@ TEST_CASE("responses: deny_response framing and body", "[responses]") {
         {"upstream error without a reason", 502, "", "job-1", "example.com:443",
          "connect failed", "upstream_error"},
         {"audit unavailable", 503, "audit_unavailable", "job-1", "example.com:443",
-         "the audit log cannot be written", "upstream_error"},
+         "the audit log cannot be written", "denied"},  // cordon refuses: no upstream failed
         {"gateway timeout", 504, "", "", "", "", "upstream_error"},
         {"too large", 431, "", "job", "t", "m", "denied"},
     }));
