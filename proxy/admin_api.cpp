@@ -283,6 +283,7 @@ public:
             reply r;
             rt_.stats.set_sessions_active(rt_.sessions.active_count());
             rt_.stats.set_audit_write_errors(rt_.audit_log_ ? rt_.audit_log_->write_errors() : 0);
+            rt_.stats.set_audit_dropped(rt_.audit_log_ ? rt_.audit_log_->dropped() : 0);
             r.text = rt_.stats.render();
             co_return r;
         }
@@ -451,11 +452,28 @@ private:
             tunnels[job] = n;
         }
         o["tunnels"] = std::move(tunnels);  // active tunnels by job, jobs with none left out
-        o["state"] = json::object{{"path", p->source().state.path},
-                                  {"healthy", rt_.store != nullptr}};
-        if (!rt_.store) {
-            o["state"].as_object()["error"] = rt_.store_error;
+        const capacity& cap = rt_.limits;  // the descriptor budget (docs/proxy.md)
+        o["capacity"] = json::object{
+            {"descriptor_limit", cap.descriptor_limit},
+            {"reserved", cap.reserved},
+            {"descriptors_per_connection", capacity::descriptors_per_connection},
+            {"max_connections", cap.max_connections},
+            {"admin_connections", cap.admin_connections},
+            {"admin_open", rt_.admin_connections.load()},
+            {"pipes_per_worker", cap.pipes_per_worker}};
+        // Healthy only while changes are durable: the store open, its file still the one
+        // opened, its last write good and nothing waiting to be written.
+        std::string state_error;
+        const bool durable = rt_.state_durable(state_error);
+        json::object state{{"path", p->source().state.path}, {"healthy", durable}};
+        if (!durable) {
+            state["error"] = state_error;
         }
+        if (rt_.store && rt_.store->reserve_used()) {
+            state["warning"] = "the state disk filled up and its space reserve was used: "
+                               "free space there";
+        }
+        o["state"] = std::move(state);
         if (!rt_.audit_healthy()) {
             o["warning"] = "audit log unwritable: new connections are denied";
         }
@@ -745,6 +763,12 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
     if (ec) {
         co_return;
     }
+    // Counted against the admin share of the descriptor budget (limits.admin_connections).
+    ++rt.admin_connections;
+    struct uncount {
+        runtime& rt;
+        ~uncount() { --rt.admin_connections; }
+    } const counted{rt};
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer(max_admin_body + 16 * 1024);
     admin_router router(rt, admin_token, remote.address().to_string());

@@ -124,13 +124,17 @@ class FaultCase(unittest.TestCase):
 
     def open_tunnel(self, c, auth, timeout=5):
         s = socket.create_connection(c.proxy_addr, timeout=timeout)
-        s.sendall(H.connect_request(f"raw.test:{ECHO.port}", auth))
-        head = b""
-        while b"\r\n\r\n" not in head and len(head) < 8192:
-            d = s.recv(4096)
-            if not d:
-                break
-            head += d
+        try:
+            s.sendall(H.connect_request(f"raw.test:{ECHO.port}", auth))
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 8192:
+                d = s.recv(4096)
+                if not d:
+                    break
+                head += d
+        except OSError:
+            s.close()
+            raise
         return s, head
 
     def timed_kill(self, c, timeout=30):
