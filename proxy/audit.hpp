@@ -159,12 +159,12 @@ struct audit_options {
 /// stays broken it comes once per retry), the bytes of the failed batch are truncated away and
 /// its records are queued again (after a failed fdatasync the lines stay and are not written
 /// again); a write that fails part way (a full disk) keeps the whole lines it wrote and
-/// queues only the rest, so a backlog drains into what space there is. The writer retries every flush_interval (also with an empty
-/// queue, by opening today's file) and turns healthy again when that succeeds. Records that
-/// cannot be queued again (queue full) or are still queued when stop() gives up (after
-/// retrying for stop_retry) count as dropped; kills, revives and session records are never
-/// dropped from the queue (audit_must_keep), only lost at stop, and then kept for
-/// lost_records().
+/// queues only the rest, so a backlog drains into what space there is. The writer retries
+/// every flush_interval (also with an empty queue, by opening today's file) and turns
+/// healthy again when that succeeds. Records that cannot be queued again (queue full) or
+/// are still queued when stop() gives up (after retrying for stop_retry) count as dropped;
+/// kills, revives and session records are never dropped from the queue (audit_must_keep),
+/// only lost at stop, and then kept for lost_records().
 /// Thread-safe: every member may be called from any thread.
 class audit_log final : public audit_sink {
 public:

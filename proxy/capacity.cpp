@@ -6,17 +6,17 @@ namespace cordon::proxy {
 namespace {
 
 // The fixed part of the reserve, each with what holds it.
-constexpr std::uint64_t base_descriptors = 24;      // stdio, the control io_context (epoll,
-                                                    // eventfd, timerfd), signals, the ready
-                                                    // file, policy/token/hosts reads, netlink
-constexpr std::uint64_t per_worker_descriptors = 8;  // io_context, proxy acceptor, c-ares
-                                                     // channel sockets
-constexpr std::uint64_t state_descriptors = 4;       // cordon.db, -wal, the reserve, a journal
-constexpr std::uint64_t audit_descriptors = 4;       // the day's file, the next part, a listing
-constexpr std::uint64_t webhook_descriptors = 4;     // alert deliveries and their resolver
+constexpr std::uint64_t base_descriptors = 24;         // stdio, the control io_context (epoll,
+                                                       // eventfd, timerfd), signals, the ready
+                                                       // file, policy/token/hosts reads, netlink
+constexpr std::uint64_t per_worker_descriptors = 8;    // io_context, proxy acceptor, c-ares
+                                                       // channel sockets
+constexpr std::uint64_t state_descriptors = 4;         // cordon.db, -wal, the reserve, a journal
+constexpr std::uint64_t audit_descriptors = 4;         // the day's file, the next part, a listing
+constexpr std::uint64_t webhook_descriptors = 4;       // alert deliveries and their resolver
 constexpr std::uint64_t dns_listener_descriptors = 4;  // UDP sockets and the TCP acceptor
 constexpr std::uint64_t admin_listener_descriptors = 1;
-constexpr std::uint64_t margin_descriptors = 16;     // what the counts above miss
+constexpr std::uint64_t margin_descriptors = 16;  // what the counts above miss
 
 }  // namespace
 
@@ -26,8 +26,8 @@ capacity plan_capacity(const capacity_inputs& in) {
     const std::uint64_t limit = in.descriptor_limit;
     const std::uint64_t workers = std::max<std::size_t>(in.workers, 1);
     if (in.admin) {
-        c.admin_connections = static_cast<std::size_t>(std::clamp<std::uint64_t>(limit / 128, 8,
-                                                                                  4096));
+        c.admin_connections =
+            static_cast<std::size_t>(std::clamp<std::uint64_t>(limit / 128, 8, 4096));
     }
     c.pipes_per_worker =
         static_cast<std::size_t>(std::min<std::uint64_t>(limit / 64 / 2 / workers, 256));
@@ -52,8 +52,8 @@ capacity plan_capacity(const capacity_inputs& in) {
                   " are needed: raise the limit (ulimit -n, LimitNOFILE=)";
         return c;
     }
-    c.max_connections = static_cast<std::size_t>(
-        std::min<std::uint64_t>(fits, in.configured_max_connections));
+    c.max_connections =
+        static_cast<std::size_t>(std::min<std::uint64_t>(fits, in.configured_max_connections));
     if (c.max_connections < in.configured_max_connections) {
         c.note = "proxy.max_connections " + std::to_string(in.configured_max_connections) +
                  " lowered to " + std::to_string(c.max_connections) + ": RLIMIT_NOFILE " +

@@ -47,9 +47,10 @@ struct stored_event {
 /// no other process opens the file while the store is open. A write returns true only if the
 /// path still names the file opened (device and inode): a store whose directory was removed or
 /// whose file was replaced fails every write from then on (check() says why). A write failing
-/// for want of space deletes DIR/cordon.db.reserve (1 MiB held for this) and is tried again. Times are kept
-/// as integer milliseconds since the epoch (finer parts are floored). Thread-safe: one mutex
-/// serialises every call (they are rare control-plane operations; a write costs an fsync).
+/// for want of space deletes DIR/cordon.db.reserve (1 MiB held for this) and is tried again.
+/// Times are kept as integer milliseconds since the epoch (finer parts are floored).
+/// Thread-safe: one mutex serialises every call (they are rare control-plane operations; a
+/// write costs an fsync).
 class state_store {
 public:
     /// The schema this build reads and writes (meta.schema_version).

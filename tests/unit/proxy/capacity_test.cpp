@@ -3,7 +3,6 @@
 #include "proxy/capacity.hpp"
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 
 namespace {
@@ -62,8 +61,7 @@ TEST_CASE("capacity: a limit too low for the reserve is refused", "[capacity]") 
     const capacity c = plan_capacity(inputs(256, 2, true));
     CHECK_FALSE(c.error.empty());
     CHECK(c.error.find("DNS over TCP") != std::string::npos);
-    CHECK(plan_capacity(inputs(64, 1, false)).error.find("raise the limit") !=
-          std::string::npos);
+    CHECK(plan_capacity(inputs(64, 1, false)).error.find("raise the limit") != std::string::npos);
 }
 
 TEST_CASE("capacity: a configured max_connections below the budget is kept", "[capacity]") {
