@@ -296,6 +296,17 @@ int status(args in) {
               << '\n'
               << "sessions     " << str(o.at("sessions_active")) << " active\n"
               << "connections  " << str(o.at("connections")) << " open\n";
+    // Whether kills survive a restart (docs/proxy.md#state).
+    if (const auto* st = o.if_contains("state"); st != nullptr && st->is_object()) {
+        const auto& so = st->as_object();
+        const auto* healthy = so.if_contains("healthy");
+        const bool durable = healthy != nullptr && healthy->is_bool() && healthy->as_bool();
+        std::cout << "state        "
+                  << (durable ? "healthy"
+                              : "NOT DURABLE (kills hold in memory only): " +
+                                    (so.contains("error") ? str(so.at("error")) : std::string()))
+                  << '\n';
+    }
     print_jobs(o, d.as_object(), top, std::cout);
     return 0;
 }

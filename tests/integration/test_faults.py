@@ -244,6 +244,9 @@ class StateDurability(FaultCase):
         self.assertEqual(st, 200, body)
         self.assert_not_persisted(c, body)
         self.assert_cli_says_not_persisted(c, ["kill", "--all", "--reason", "again"])
+        r = H.cordon_cli(c, ["status"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("state        NOT DURABLE", r.stdout)
         # The kill holds in memory all the same.
         s, head = self.open_tunnel(c, H.basic(sid["id"], sid["token"]))
         s.close()
