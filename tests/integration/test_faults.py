@@ -247,6 +247,9 @@ class StateDurability(FaultCase):
         r = H.cordon_cli(c, ["status"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("state        NOT DURABLE", r.stdout)
+        self.assertIn("is gone", r.stdout)
+        for line in r.stdout.splitlines():
+            self.assertLessEqual(len(line), 80, f"status line too wide: {line!r}")
         # The kill holds in memory all the same.
         s, head = self.open_tunnel(c, H.basic(sid["id"], sid["token"]))
         s.close()
