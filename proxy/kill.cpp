@@ -64,13 +64,15 @@ void runtime::retry_unsaved() {
             return;  // still failing: the next second tries again
         }
         kill_unsaved = false;
-        std::cerr << "cordon: state store: the kill state is persisted again\n";
     }
+    // Quietly: the failure was said when it happened, and the sweep says when it ends.
     const std::vector<std::string> ids(unsaved_sessions.begin(), unsaved_sessions.end());
     for (const auto& id : ids) {
-        if (!persist_session(id)) {
+        const auto s = sessions.stored(id);
+        if (s && !store->save_session(*s, error)) {
             return;
         }
+        unsaved_sessions.erase(id);
     }
 }
 
