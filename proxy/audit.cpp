@@ -650,21 +650,15 @@ bool audit_log::append(std::string_view bytes, std::string& error, std::size_t& 
             error = errno_text("cannot write", fd_path_, n < 0 ? errno : EIO);
             if (sized && done > 0) {
                 // Keep the whole lines written (synced), take back the cut one, so the
-                // retry neither leaves a cut line nor writes a kept one again.
-                const std::string_view wrote = bytes.substr(0, done);
-                const std::size_t cut = wrote.rfind('\n');
-                const std::size_t keep = cut == std::string_view::npos ? 0 : cut + 1;
-                const bool truncated = ::ftruncate(fd_, st.st_size + static_cast<off_t>(keep)) == 0;
-                if (truncated && keep > 0) {
+                // retry neither leaves a cut line nor writes a kept one again. (Should the
+                // cut line stay, the next open_part() starts a fresh line after it.)
+                const std::string_view whole = bytes.substr(0, bytes.rfind('\n', done - 1) + 1);
+                [[maybe_unused]] const int cut =
+                    ::ftruncate(fd_, st.st_size + static_cast<off_t>(whole.size()));
+                if (!whole.empty()) {
                     [[maybe_unused]] const int synced = ::fdatasync(fd_);
-                    kept_lines = static_cast<std::size_t>(
-                        std::count(wrote.begin(), wrote.begin() + static_cast<std::ptrdiff_t>(keep),
-                                   '\n'));
-                } else if (!truncated) {
-                    // Could not take the cut line back: the retry starts on a fresh line
-                    // (open_part), and nothing of this write counts as written.
-                    kept_lines = 0;
                 }
+                kept_lines = static_cast<std::size_t>(std::count(whole.begin(), whole.end(), '\n'));
             }
             ::close(fd_);
             fd_ = -1;
