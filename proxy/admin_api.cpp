@@ -21,6 +21,8 @@ namespace json = boost::json;
 using request = http::request<http::string_body>;
 
 constexpr std::size_t max_admin_body = 64 * 1024;  // admin requests are small JSON objects
+// Admin connections an event stream may never take: a kill always finds one free.
+constexpr std::int64_t event_stream_spare = 2;
 
 struct reply {
     reply() = default;
@@ -798,6 +800,29 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
         if (req.method() == http::verb::get && req.target().starts_with("/v1/events") &&
             (req.target().size() == 10 || req.target()[10] == '?') &&
             bearer_ok(req, admin_token)) {
+            // Streams hold their connection for good: they never take the admin share's
+            // last slots, which stay free for a kill (docs/proxy.md, reserved capacity).
+            if (rt.event_streams + event_stream_spare >=
+                static_cast<std::int64_t>(rt.limits.admin_connections)) {
+                http::response<http::string_body> res{http::status::service_unavailable,
+                                                      req.version()};
+                res.set(http::field::content_type, "application/json");
+                res.set(http::field::retry_after, "5");
+                res.body() = json::serialize(error(http::status::service_unavailable,
+                                                   "too many event streams open (the last "
+                                                   "admin connections are kept for kills)")
+                                                 .body) +
+                             "\n";
+                res.keep_alive(false);
+                res.prepare_payload();
+                co_await http::async_write(stream, res, use_nothrow);
+                co_return;
+            }
+            ++rt.event_streams;
+            struct unstream {
+                runtime& rt;
+                ~unstream() { --rt.event_streams; }
+            } const streaming{rt};
             co_await stream_events(rt, stream, req);
             error_code ignored;
             stream.socket().shutdown(tcp::socket::shutdown_send, ignored);

@@ -231,6 +231,7 @@ public:
     std::atomic<std::int64_t> open_connections{0};
     /// Admin API connections open (control thread; atomic for the accept loop's check).
     std::atomic<std::int64_t> admin_connections{0};
+    std::int64_t event_streams = 0;  ///< GET /v1/events streams open (control thread)
     /// The descriptor budget the listeners were capped by (proxy/capacity.hpp).
     capacity limits;
     std::atomic<std::uint64_t> reloads_ok{0};

@@ -168,6 +168,29 @@ class DescriptorExhaustion(FaultCase):
         self.assertEqual(st, 200)
         self.assertTrue(status["kill"]["engaged"])
 
+    def test_event_streams_leave_admin_connections_for_the_kill(self):
+        c = self.new_cordon(nofile_limit=self.LIMIT)
+        slots = c.status()["capacity"]["admin_connections"]
+        streams = []
+        self.addCleanup(lambda: [s.close() for s in streams])
+        refused = None
+        for _ in range(slots + 2):  # every `cordon run` holds one for good
+            s = socket.create_connection(c.admin_addr, timeout=5)
+            s.sendall(f"GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      f"{c.admin_token}\r\n\r\n".encode())
+            head = s.recv(4096)
+            if not head.startswith(b"HTTP/1.1 200"):
+                refused = head
+                s.close()
+                break
+            streams.append(s)
+        self.assertIsNotNone(refused, f"{slots + 2} streams on {slots} admin connections")
+        self.assertIn(b" 503 ", refused.split(b"\r\n")[0])
+        self.assertLess(len(streams), slots)
+        st, body, took = self.timed_kill(c)
+        self.assertEqual(st, 200, body)
+        self.assertLess(took, KILL_BOUND)
+
     def test_kill_answers_and_closes_tunnels_under_a_descriptor_limit(self):
         c = self.new_cordon(nofile_limit=self.LIMIT)
         sid = c.create_session("agent")
