@@ -26,6 +26,8 @@ every new request is refused (403 kill_switch) until `cordon revive`. Session ki
 that session's connections are closed and its tokens revoked, for good.
 Both are written to cordon's state before the call returns and survive restarts.
 Prints how many connections were closed and how long it took inside cordon.
+Exit status 3 when the kill is in force but cordon could not persist it (the state
+store failed: a restart would undo it); 0 only for a kill that is in force and persisted.
 
 options:
   --reason REASON   why (required; it goes to the audit log and the event stream)
@@ -89,6 +91,23 @@ int post(const admin_target& t, std::string_view verb, const std::string& method
     }
 }
 
+// A kill that cordon enforces but could not write to its state store: a restart would lift
+// it. Said on stderr, with exit status 3, so no script takes it for a durable kill.
+constexpr int exit_not_persisted = 3;
+
+bool persisted(const json::object& out) {
+    const auto* p = out.if_contains("persisted");
+    return p != nullptr && p->is_bool() && p->as_bool();
+}
+
+int not_persisted(std::string_view what) {
+    std::cerr << "cordon kill: WARNING: the " << what
+              << " is in force in memory but NOT PERSISTED: cordon's state store failed (see "
+                 "`cordon status`, state), so a restart of cordon would undo it; fix the "
+                 "store, then kill again\n";
+    return exit_not_persisted;
+}
+
 std::string num(const json::value& v) {
     if (v.is_double()) {
         char buf[32];
@@ -141,7 +160,7 @@ int kill(args in) {
                                                        : "network kill ENGAGED; ")
                   << num(out["connections_closed"]) << " connections closed in "
                   << num(out["elapsed_ms"]) << " ms\n";
-        return 0;
+        return persisted(out) ? 0 : not_persisted("network kill");
     }
     const std::string id(a[0]);
     if (int rc = post(t, "kill", "POST", "/v1/sessions/" + id + "/kill", body, out)) {
@@ -150,7 +169,7 @@ int kill(args in) {
     std::cout << "session " << id << " KILLED; " << num(out["connections_closed"])
               << " connections closed, " << num(out["tokens_revoked"])
               << " tokens revoked in " << num(out["elapsed_ms"]) << " ms\n";
-    return 0;
+    return persisted(out) ? 0 : not_persisted("session kill");
 }
 
 int revive(args in) {

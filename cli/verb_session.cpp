@@ -302,6 +302,27 @@ int status(args in) {
               << '\n'
               << "sessions     " << str(o.at("sessions_active")) << " active\n"
               << "connections  " << str(o.at("connections")) << " open\n";
+    // Whether kills survive a restart (docs/proxy.md#state).
+    if (const auto* st = o.if_contains("state"); st != nullptr && st->is_object()) {
+        const auto& so = st->as_object();
+        const auto* healthy = so.if_contains("healthy");
+        const bool durable = healthy != nullptr && healthy->is_bool() && healthy->as_bool();
+        std::cout << "state        "
+                  << (durable ? "healthy" : "NOT DURABLE: kills hold in memory only") << '\n';
+        // The reason, wrapped to the 80 columns of the rest.
+        std::string why = !durable && so.contains("error") ? str(so.at("error")) : "";
+        while (!why.empty()) {
+            std::size_t cut = why.size() <= 76 ? why.size() : why.rfind(' ', 76);
+            if (cut == std::string::npos || cut == 0) {
+                cut = std::min<std::size_t>(why.size(), 76);
+            }
+            std::cout << "  " << why.substr(0, cut) << '\n';
+            why.erase(0, cut);
+            if (!why.empty() && why.front() == ' ') {
+                why.erase(0, 1);
+            }
+        }
+    }
     print_jobs(o, d.as_object(), top, std::cout);
     return 0;
 }

@@ -25,6 +25,8 @@ namespace json = boost::json;
 using request = http::request<http::string_body>;
 
 constexpr std::size_t max_admin_body = 64 * 1024;  // admin requests are small JSON objects
+// Admin connections an event stream may never take: a kill always finds one free.
+constexpr std::int64_t event_stream_spare = 2;
 
 struct reply {
     reply() = default;
@@ -414,6 +416,7 @@ public:
             reply r;
             rt_.stats.set_sessions_active(rt_.sessions.active_count());
             rt_.stats.set_audit_write_errors(rt_.audit_log_ ? rt_.audit_log_->write_errors() : 0);
+            rt_.stats.set_audit_dropped(rt_.audit_log_ ? rt_.audit_log_->dropped() : 0);
             r.text = rt_.stats.render();
             co_return r;
         }
@@ -611,11 +614,28 @@ private:
             tunnels[job] = n;
         }
         o["tunnels"] = std::move(tunnels);  // active tunnels by job, jobs with none left out
-        o["state"] = json::object{{"path", p->source().state.path},
-                                  {"healthy", rt_.store != nullptr}};
-        if (!rt_.store) {
-            o["state"].as_object()["error"] = rt_.store_error;
+        const capacity& cap = rt_.limits;  // the descriptor budget (docs/proxy.md)
+        o["capacity"] = json::object{
+            {"descriptor_limit", cap.descriptor_limit},
+            {"reserved", cap.reserved},
+            {"descriptors_per_connection", capacity::descriptors_per_connection},
+            {"max_connections", cap.max_connections},
+            {"admin_connections", cap.admin_connections},
+            {"admin_open", rt_.admin_connections.load()},
+            {"pipes_per_worker", cap.pipes_per_worker}};
+        // Healthy only while changes are durable: the store open, its file still the one
+        // opened, its last write good and nothing waiting to be written.
+        std::string state_error;
+        const bool durable = rt_.state_durable(state_error);
+        json::object state{{"path", p->source().state.path}, {"healthy", durable}};
+        if (!durable) {
+            state["error"] = state_error;
         }
+        if (rt_.store && rt_.store->reserve_used()) {
+            state["warning"] = "the state disk filled up and its space reserve was used: "
+                               "free space there";
+        }
+        o["state"] = std::move(state);
         if (!rt_.audit_healthy()) {
             o["warning"] = "audit log unwritable: new connections are denied";
         }
@@ -890,6 +910,12 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
     if (ec) {
         co_return;
     }
+    // Counted against the admin share of the descriptor budget (limits.admin_connections).
+    ++rt.admin_connections;
+    struct uncount {
+        runtime& rt;
+        ~uncount() { --rt.admin_connections; }
+    } const counted{rt};
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer(max_admin_body + 16 * 1024);
     admin_router router(rt, admin_token, remote.address().to_string());
@@ -932,6 +958,29 @@ awaitable<void> serve_admin(runtime& rt, std::string admin_token, tcp::socket so
         if (req.method() == http::verb::get && req.target().starts_with("/v1/events") &&
             (req.target().size() == 10 || req.target()[10] == '?') &&
             bearer_ok(req, admin_token)) {
+            // Streams hold their connection for good: they never take the admin share's
+            // last slots, which stay free for a kill (docs/proxy.md, reserved capacity).
+            if (rt.event_streams + event_stream_spare >=
+                static_cast<std::int64_t>(rt.limits.admin_connections)) {
+                http::response<http::string_body> res{http::status::service_unavailable,
+                                                      req.version()};
+                res.set(http::field::content_type, "application/json");
+                res.set(http::field::retry_after, "5");
+                res.body() = json::serialize(error(http::status::service_unavailable,
+                                                   "too many event streams open (the last "
+                                                   "admin connections are kept for kills)")
+                                                 .body) +
+                             "\n";
+                res.keep_alive(false);
+                res.prepare_payload();
+                co_await http::async_write(stream, res, use_nothrow);
+                co_return;
+            }
+            ++rt.event_streams;
+            struct unstream {
+                runtime& rt;
+                ~unstream() { --rt.event_streams; }
+            } const streaming{rt};
             co_await stream_events(rt, stream, req);
             error_code ignored;
             stream.socket().shutdown(tcp::socket::shutdown_send, ignored);

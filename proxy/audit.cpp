@@ -142,6 +142,11 @@ bool make_dirs(const std::string& dir, std::string& error) {
 
 }  // namespace
 
+bool audit_must_keep(std::string_view event) noexcept {
+    return event == "kill.network" || event == "kill.session" || event == "revive" ||
+           event.starts_with("session.") || event == "token.revoke";
+}
+
 // --- audit_record ---------------------------------------------------------------------------
 
 audit_record::audit_record(std::string_view event, wall_clock::time_point ts)
@@ -361,11 +366,18 @@ bool audit_log::open(std::string& error) {
 
 bool audit_log::write(audit_record&& r) {
     std::lock_guard lock(mutex_);
-    if (stopping_ || queue_.size() >= opts_.max_queue) {
+    // Kills, revives and session records are queued whatever the backlog: they are rare
+    // (admin calls) and are the record an investigation starts from.
+    const bool keep = audit_must_keep(r.event());
+    if (stopping_ || (!keep && queue_.size() - must_keep_queued_ >= opts_.max_queue)) {
+        if (stopping_ && keep) {
+            lost_lines_.push_back(r.to_json_line());
+        }
         ++dropped_;
         return false;
     }
     queue_.push_back(std::move(r));
+    must_keep_queued_ += keep ? 1 : 0;
     const bool ok = healthy_.load();
     // A burst fills the queue faster than the interval drains it: wake the writer early.
     // Not while unhealthy, so a broken disk is retried on the interval, not per record.
@@ -408,6 +420,7 @@ void audit_log::stop() {
         {
             std::lock_guard lock(mutex_);
             stopping_ = true;
+            stop_deadline_ = std::chrono::steady_clock::now() + opts_.stop_retry;
         }
         wake_.notify_one();
         if (writer_.joinable()) {
@@ -429,6 +442,11 @@ std::uint64_t audit_log::write_errors() const noexcept { return write_errors_.lo
 
 std::uint64_t audit_log::dropped() const noexcept { return dropped_.load(); }
 
+std::vector<std::string> audit_log::lost_records() const {
+    std::lock_guard lock(mutex_);
+    return lost_lines_;
+}
+
 void audit_log::run() {
     const auto interval = std::max(opts_.flush_interval, std::chrono::milliseconds(1));
     std::unique_lock lock(mutex_);
@@ -441,6 +459,7 @@ void audit_log::run() {
         wake_requested_ = false;
         std::deque<audit_record> batch;
         batch.swap(queue_);
+        must_keep_queued_ = 0;
         lock.unlock();
 
         std::string error;
@@ -456,8 +475,22 @@ void audit_log::run() {
         lock.lock();
         flush_done_ = ticket;
         last_pass_ok_ = ok;
+        if (stop && !ok && !queue_.empty() &&
+            std::chrono::steady_clock::now() < stop_deadline_) {
+            // Stopping during an outage: keep trying, bounded, before anything is lost.
+            done_.notify_all();
+            lock.unlock();
+            std::this_thread::sleep_for(std::min(interval, std::chrono::milliseconds(100)));
+            lock.lock();
+            continue;
+        }
         if (stop) {
             dropped_ += queue_.size();
+            for (const auto& r : queue_) {
+                if (audit_must_keep(r.event())) {
+                    lost_lines_.push_back(r.to_json_line());
+                }
+            }
             last_pass_ok_ = ok && queue_.empty();
             queue_.clear();
             writer_exited_ = true;
@@ -486,9 +519,14 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
         return true;
     }
     // Records [first, last) are in `bytes`, not yet written; those before `first` are.
+    // A write that fails part way keeps the whole lines it wrote (`kept` of them): they
+    // are written, and only the rest is queued again, so a backlog larger than the free
+    // space drains into whatever space there is.
     std::size_t first = 0;
     std::string bytes;
+    std::size_t kept = 0;
     const auto fail = [&] {
+        first += kept;
         batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(first));
         requeue(std::move(batch));
         return false;
@@ -509,7 +547,8 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
             if (would > opts_.max_file_bytes && fd_size_ + before > 0 &&
                 fd_part_ < max_audit_part) {
                 // The file is full: write what fits, then continue in the day's next part.
-                if (before > 0 && !append(std::string_view(bytes).substr(0, before), error)) {
+                if (before > 0 &&
+                    !append(std::string_view(bytes).substr(0, before), error, kept)) {
                     return fail();
                 }
                 first = last;
@@ -520,7 +559,7 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
             }
             ++last;
         }
-        if (!append(bytes, error)) {
+        if (!append(bytes, error, kept)) {
             return fail();
         }
         first = last;
@@ -588,16 +627,17 @@ bool audit_log::open_part(std::int64_t day, unsigned part, std::string& error) {
     char last = '\n';
     if (::fstat(fd_, &st) == 0) {
         fd_size_ = static_cast<std::uint64_t>(st.st_size);
-        if (st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
-            if (!append("\n", error)) {
-                return false;
-            }
+        std::size_t ignored = 0;
+        if (st.st_size > 0 && ::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n' &&
+            !append("\n", error, ignored)) {
+            return false;
         }
     }
     return true;
 }
 
-bool audit_log::append(std::string_view bytes, std::string& error) {
+bool audit_log::append(std::string_view bytes, std::string& error, std::size_t& kept_lines) {
+    kept_lines = 0;
     struct stat st {};
     const bool sized = ::fstat(fd_, &st) == 0;
     std::size_t done = 0;
@@ -609,8 +649,16 @@ bool audit_log::append(std::string_view bytes, std::string& error) {
         if (n <= 0) {
             error = errno_text("cannot write", fd_path_, n < 0 ? errno : EIO);
             if (sized && done > 0) {
-                // Take back the partial batch so the retry does not leave a cut line.
-                [[maybe_unused]] const int ignored = ::ftruncate(fd_, st.st_size);
+                // Keep the whole lines written (synced), take back the cut one, so the
+                // retry neither leaves a cut line nor writes a kept one again. (Should the
+                // cut line stay, the next open_part() starts a fresh line after it.)
+                const std::string_view whole = bytes.substr(0, bytes.rfind('\n', done - 1) + 1);
+                [[maybe_unused]] const int cut =
+                    ::ftruncate(fd_, st.st_size + static_cast<off_t>(whole.size()));
+                if (!whole.empty()) {
+                    [[maybe_unused]] const int synced = ::fdatasync(fd_);
+                }
+                kept_lines = static_cast<std::size_t>(std::count(whole.begin(), whole.end(), '\n'));
             }
             ::close(fd_);
             fd_ = -1;
@@ -667,10 +715,28 @@ void audit_log::requeue(std::deque<audit_record>&& failed) {
         failed.push_back(std::move(r));
     }
     queue_.swap(failed);
-    if (queue_.size() > opts_.max_queue) {
-        dropped_ += queue_.size() - opts_.max_queue;
-        queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(opts_.max_queue), queue_.end());
+    must_keep_queued_ = 0;
+    for (const auto& r : queue_) {
+        must_keep_queued_ += audit_must_keep(r.event()) ? 1 : 0;
     }
+    if (queue_.size() - must_keep_queued_ <= opts_.max_queue) {
+        return;
+    }
+    // Over the bound: the newest records that may be dropped go; those that must be kept
+    // (audit_must_keep) stay wherever they are.
+    std::size_t room = opts_.max_queue;
+    std::deque<audit_record> out;
+    for (auto& r : queue_) {
+        if (audit_must_keep(r.event())) {
+            out.push_back(std::move(r));
+        } else if (room > 0) {
+            --room;
+            out.push_back(std::move(r));
+        } else {
+            ++dropped_;
+        }
+    }
+    queue_.swap(out);
 }
 
 // --- memory_audit_sink ----------------------------------------------------------------------

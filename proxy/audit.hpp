@@ -109,6 +109,11 @@ private:
     std::vector<std::uint32_t> more_starts_;
 };
 
+/// True for the events the audit log never drops however long the disk fails: kills,
+/// revives, session and token-revocation records (kill.network, kill.session, revive,
+/// session.*, token.revoke). They are rare (admin calls), and an investigation starts there.
+bool audit_must_keep(std::string_view event) noexcept;
+
 /// Where audit records go. Implementations: the file log below, and a fake in tests.
 class audit_sink {
 public:
@@ -125,8 +130,12 @@ struct audit_options {
     std::string dir;
     /// Files of days before today - retention_days are deleted; <= 0 keeps every file.
     int retention_days = 90;
-    /// Records waiting; beyond it write() returns false and counts a drop.
+    /// Records waiting; beyond it write() returns false and counts a drop. The records
+    /// audit_must_keep() names are queued whatever the backlog, and not counted here.
     std::size_t max_queue = 65536;
+    /// How long stop() keeps retrying a failing disk before what is still queued is lost
+    /// (counted as dropped; the must-keep ones are handed to lost_records()).
+    std::chrono::milliseconds stop_retry{2000};
     /// How long a record may wait before it is written and synced (at least 1 ms).
     std::chrono::milliseconds flush_interval{200};
     /// audit.max_file_bytes: a day's file continues in its next part (audit_files.hpp)
@@ -149,10 +158,13 @@ struct audit_options {
 /// final fdatasync; without locks held; it must not call flush() or stop(); while the disk
 /// stays broken it comes once per retry), the bytes of the failed batch are truncated away and
 /// its records are queued again (after a failed fdatasync the lines stay and are not written
-/// again). The writer retries every flush_interval (also with an empty
-/// queue, by opening today's file) and turns healthy again when that succeeds. Records that
-/// cannot be queued again (queue full) or are still queued when stop() gives up count as
-/// dropped.
+/// again); a write that fails part way (a full disk) keeps the whole lines it wrote and
+/// queues only the rest, so a backlog drains into what space there is. The writer retries
+/// every flush_interval (also with an empty queue, by opening today's file) and turns
+/// healthy again when that succeeds. Records that cannot be queued again (queue full) or
+/// are still queued when stop() gives up (after retrying for stop_retry) count as dropped;
+/// kills, revives and session records are never dropped from the queue (audit_must_keep),
+/// only lost at stop, and then kept for lost_records().
 /// Thread-safe: every member may be called from any thread.
 class audit_log final : public audit_sink {
 public:
@@ -187,6 +199,9 @@ public:
     void stop();
     std::uint64_t write_errors() const noexcept;
     std::uint64_t dropped() const noexcept;
+    /// The JSON lines (with '\n') of the audit_must_keep() records that stop() could not
+    /// write (or that came after it): the daemon prints them to stderr, the last place left.
+    std::vector<std::string> lost_records() const;
 
 private:
     void run();
@@ -194,7 +209,9 @@ private:
     bool ensure_open(std::int64_t day, std::string& error);
     bool open_part(std::int64_t day, unsigned part, std::string& error);
     unsigned last_part(std::int64_t day) const;
-    bool append(std::string_view bytes, std::string& error);
+    /// Writes `bytes` (whole lines) at the end of the file. On failure the whole lines that
+    /// made it are kept (synced; `kept_lines` of them) and a cut one is taken back.
+    bool append(std::string_view bytes, std::string& error, std::size_t& kept_lines);
     bool sync_and_close(std::string& error);
     void prune(std::int64_t today);
     void requeue(std::deque<audit_record>&& failed);
@@ -207,12 +224,15 @@ private:
     std::condition_variable wake_;  // the writer waits here
     std::condition_variable done_;  // flush() waits here
     std::deque<audit_record> queue_;
+    std::size_t must_keep_queued_ = 0;  // records of queue_ that audit_must_keep()
     bool stopping_ = false;
     bool wake_requested_ = false;
     bool writer_exited_ = false;
     bool last_pass_ok_ = true;
     std::uint64_t flush_requested_ = 0;
     std::uint64_t flush_done_ = 0;
+    std::chrono::steady_clock::time_point stop_deadline_{};
+    std::vector<std::string> lost_lines_;
 
     // File state, guarded by io_mutex_ (taken before mutex_ when both are needed).
     std::mutex io_mutex_;

@@ -18,6 +18,7 @@
 
 #include "config/load.hpp"
 #include "dns/asio_address.hpp"
+#include "proxy/capacity.hpp"
 #include "proxy/dns_hook.hpp"
 #include "proxy/error_text.hpp"
 #include "proxy/runtime.hpp"
@@ -165,9 +166,16 @@ void print_errors(const config::load_result& r) {
 int run_daemon(const daemon_options& opts) {
     // Every tunnel holds two descriptors: raise the soft limit to the hard one.
     rlimit nofile{};
-    if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-        nofile.rlim_cur = nofile.rlim_max;
-        ::setrlimit(RLIMIT_NOFILE, &nofile);
+    std::uint64_t descriptor_limit = 1024;
+    if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+        if (nofile.rlim_cur < nofile.rlim_max) {
+            nofile.rlim_cur = nofile.rlim_max;
+            ::setrlimit(RLIMIT_NOFILE, &nofile);
+            ::getrlimit(RLIMIT_NOFILE, &nofile);
+        }
+        descriptor_limit = nofile.rlim_cur == RLIM_INFINITY
+                               ? std::uint64_t{1} << 20
+                               : static_cast<std::uint64_t>(nofile.rlim_cur);
     }
     config::load_result loaded = config::load_policy_file(opts.config_path);
     if (!loaded.ok()) {
@@ -189,6 +197,25 @@ int run_daemon(const daemon_options& opts) {
         return 1;
     }
     const config::policy& pol = *loaded.value;
+    const unsigned threads =
+        opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+    // The descriptor budget: what the kill needs is reserved, the listeners are capped
+    // below the limit (proxy/capacity.hpp). Too low a limit for that is refused here.
+    capacity_inputs cin;
+    cin.descriptor_limit = descriptor_limit;
+    cin.workers = threads;
+    cin.dns = pol.listen.dns.has_value();
+    cin.dns_tcp_connections = dns_tcp_connections_reserved;
+    cin.admin = pol.listen.admin.has_value();
+    cin.configured_max_connections = pol.proxy.max_connections;
+    const capacity limits = plan_capacity(cin);
+    if (!limits.error.empty()) {
+        std::cerr << "cordon: refusing to start: " << limits.error << '\n';
+        return 1;
+    }
+    if (!limits.note.empty()) {
+        std::cerr << "cordon: " << limits.note << '\n';
+    }
     if (pol.admin.tls) {
         // Fail closed: never serve the admin API in plain text to someone who asked for TLS.
         std::cerr << "cordon: refusing to start: admin.tls is not supported by this version; "
@@ -246,6 +273,7 @@ int run_daemon(const daemon_options& opts) {
         dopts.rate_burst = pol.dns.rate_burst;
     }
     const std::string source = pol.source;
+    const std::string pol_audit_path = pol.audit.path;
 
     const std::string state_dir = pol.state.path;
     runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
@@ -309,8 +337,7 @@ int run_daemon(const daemon_options& opts) {
             rt.audit(std::move(rec));
         }});
     rt.notifier->configure(rt.policy()->source().alerts.webhook);
-    const unsigned threads =
-        opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+    rt.limits = limits;
 
     net::io_context control(1);
     std::vector<tcp::acceptor> proxy_acceptors;
@@ -335,6 +362,7 @@ int run_daemon(const daemon_options& opts) {
         where = from_endpoint(bind_ep).to_string();
         for (unsigned i = 0; i < threads; ++i) {
             auto w = std::make_unique<worker>(i);
+            w->pipes.set_limit(limits.pipes_per_worker);
             w->resolver = dns::make_resolver(w->ioc, ropts);
             proxy_acceptors.push_back(make_acceptor(w->ioc, bind_ep, true));
             // Every worker binds the same port (port 0 was replaced by a free one above).
@@ -382,7 +410,8 @@ int run_daemon(const daemon_options& opts) {
     }
     rt.self.local = local_addresses();
 
-    const auto max_conns = rt.policy()->source().proxy.max_connections;
+    // proxy.max_connections, lowered to what the descriptor budget leaves (limits.note).
+    const std::size_t max_conns = limits.max_connections;
     for (std::size_t i = 0; i < rt.workers.size(); ++i) {
         worker& w = *rt.workers[i];
         net::co_spawn(w.ioc,
@@ -395,7 +424,8 @@ int run_daemon(const daemon_options& opts) {
     }
     if (admin_acceptor) {
         net::co_spawn(control,
-                      accept_loop(*admin_acceptor, "admin", 1024, nullptr,
+                      accept_loop(*admin_acceptor, "admin", limits.admin_connections,
+                                  &rt.admin_connections,
                                   [&rt, &control, &admin_token](tcp::socket s) {
                                       net::co_spawn(control,
                                                     serve_admin(rt, admin_token, std::move(s)),
@@ -407,11 +437,25 @@ int run_daemon(const daemon_options& opts) {
     // Tokens that expire close the tunnels opened with them, within a second.
     net::steady_timer sweep(control);
     std::uint64_t sweeps = 0;
+    bool state_was_durable = rt.store != nullptr;
     std::function<void()> arm_sweep = [&] {
         sweep.expires_after(1s);
         sweep.async_wait([&](error_code ec) {
             if (ec) {
                 return;
+            }
+            // Durability: what a failing store could not take is written once it can, and
+            // a store that stops taking writes (or vanished) is said once, not per second.
+            rt.retry_unsaved();
+            std::string state_why;
+            const bool durable = rt.state_durable(state_why);
+            if (durable != state_was_durable) {
+                std::cerr << "cordon: state store: "
+                          << (durable ? std::string("writes are durable again")
+                                      : state_why + " (kills are kept in memory; they answer "
+                                                    "persisted: false)")
+                          << '\n';
+                state_was_durable = durable;
             }
             auto expired = rt.sessions.sweep_expired();
             for (const auto& [sid, tid] : expired) {
@@ -572,7 +616,23 @@ int run_daemon(const daemon_options& opts) {
     dns_servers.clear();  // their sockets go while their io_contexts still exist
     rt.workers.clear();  // connections still suspended are destroyed while `rt` is whole
     rt.notifier->stop(std::chrono::seconds(2));  // flushes open alert windows; no more denials
+    // The last records are written (retried for a while if the disk fails). What still
+    // cannot be is not a clean exit: the kills, revives and session records among it go to
+    // stderr (the service's journal), the last place left, and the exit status says so.
+    const std::uint64_t dropped_before = rt.audit_log_->dropped();
     rt.audit_log_->stop();
+    const std::uint64_t lost = rt.audit_log_->dropped() - dropped_before;
+    if (lost > 0) {
+        const auto kept = rt.audit_log_->lost_records();
+        std::cerr << "cordon: audit log: " << lost << " records could not be written before "
+                  << "exit (" << pol_audit_path << "); the " << kept.size()
+                  << " kill, revive and session records among them follow:\n";
+        for (const auto& line : kept) {
+            std::cerr << "cordon: unwritten audit record: " << line;
+        }
+        std::cerr << "cordon: stopped with audit records lost\n";
+        return 1;
+    }
     std::cerr << "cordon: stopped\n";
     return 0;
 }

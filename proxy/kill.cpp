@@ -37,16 +37,57 @@ void save_timing(state_store* store, const char* scope, const kill_outcome& out,
 }  // namespace
 
 bool runtime::persist_session(const std::string& id) {
-    if (!store) {
-        return false;
-    }
     const auto s = sessions.stored(id);
     if (!s) {
+        unsaved_sessions.erase(id);
         return false;
     }
     std::string error;
-    if (!store->save_session(*s, error)) {
-        std::cerr << "cordon: state store: " << error << '\n';
+    if (!store || !store->save_session(*s, error)) {
+        if (store) {
+            std::cerr << "cordon: state store: " << error << '\n';
+        }
+        unsaved_sessions.insert(id);
+        return false;
+    }
+    unsaved_sessions.erase(id);
+    return true;
+}
+
+void runtime::retry_unsaved() {
+    if (!store || (!kill_unsaved && unsaved_sessions.empty())) {
+        return;
+    }
+    std::string error;
+    if (kill_unsaved) {
+        if (!store->save_kill(kill_info, error)) {
+            return;  // still failing: the next second tries again
+        }
+        kill_unsaved = false;
+    }
+    // Quietly: the failure was said when it happened, and the sweep says when it ends.
+    const std::vector<std::string> ids(unsaved_sessions.begin(), unsaved_sessions.end());
+    for (const auto& id : ids) {
+        const auto s = sessions.stored(id);
+        if (s && !store->save_session(*s, error)) {
+            return;
+        }
+        unsaved_sessions.erase(id);
+    }
+}
+
+bool runtime::state_durable(std::string& why) {
+    if (!store) {
+        why = store_error;
+        return false;
+    }
+    if (!store->check(why)) {
+        return false;
+    }
+    if (kill_unsaved || !unsaved_sessions.empty()) {
+        why = "changes not yet persisted (" +
+              std::string(kill_unsaved ? "the kill state, " : "") +
+              std::to_string(unsaved_sessions.size()) + " sessions); retried every second";
         return false;
     }
     return true;
@@ -65,8 +106,10 @@ awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const s
         std::string error;
         out.persisted = store && store->save_kill(kill_info, error);
         if (store && !out.persisted) {
-            std::cerr << "cordon: state store: " << error << '\n';
+            std::cerr << "cordon: state store: " << error
+                      << " (the network kill is in force in memory, NOT persisted)\n";
         }
+        kill_unsaved = !out.persisted;
     };
     const std::function<bool(const live_connection&)> all = [](const live_connection&) {
         return true;
@@ -112,6 +155,7 @@ kill_outcome runtime::revive(const std::string& reason, const std::string& by) {
         return out;
     }
     kill_info = lifted;
+    kill_unsaved = false;
     network_killed.store(false);
     stats.set_kill_switch_engaged(false);
     audit_durable(std::move(record("revive").add("reason", reason).add("by", by)));

@@ -171,10 +171,19 @@ struct metrics::impl {
                   "denies new connections")
             .Register(*registry)
             .Add({});
+    prometheus::Counter& audit_dropped =
+        prometheus::BuildCounter()
+            .Name("cordon_audit_dropped_total")
+            .Help("Audit records dropped: the queue was full while the log could not be "
+                  "written, or cordon stopped before it could write them (kills, revives "
+                  "and session records are never dropped from the queue)")
+            .Register(*registry)
+            .Add({});
     atomic_histogram upstream_connect;
 
     std::mutex audit_mu;
     std::uint64_t audit_last = 0;  // audit_log::write_errors() at the last scrape
+    std::uint64_t audit_dropped_last = 0;  // audit_log::dropped() at the last scrape
 
     std::mutex jobs_mu;  // adding jobs; lookups take no lock
     std::vector<std::unique_ptr<job_metrics>> jobs;
@@ -304,6 +313,14 @@ void metrics::set_audit_write_errors(std::uint64_t total) {
     const std::uint64_t delta = total >= impl_->audit_last ? total - impl_->audit_last : total;
     impl_->audit_last = total;
     impl_->audit_write_errors.Increment(static_cast<double>(delta));
+}
+
+void metrics::set_audit_dropped(std::uint64_t total) {
+    std::lock_guard lock(impl_->audit_mu);
+    const std::uint64_t delta =
+        total >= impl_->audit_dropped_last ? total - impl_->audit_dropped_last : total;
+    impl_->audit_dropped_last = total;
+    impl_->audit_dropped.Increment(static_cast<double>(delta));
 }
 
 void metrics::count_dns(const std::string& job_name, bool allowed, std::uint64_t n) {

@@ -86,6 +86,8 @@ public:
     /// The audit log's own failure count (audit_log::write_errors()); exported as a counter
     /// that never goes back, even when the audit log is replaced.
     void set_audit_write_errors(std::uint64_t total);
+    /// The audit log's count of dropped records (audit_log::dropped()), the same way.
+    void set_audit_dropped(std::uint64_t total);
 
     void set_kill_switch_engaged(bool engaged);
     /// `n` DNS queries answered (allowed) or refused (denied), by job ("" when unattributed).

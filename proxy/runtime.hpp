@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -18,6 +19,7 @@
 #include "dns/resolver.hpp"
 #include "proxy/asio.hpp"
 #include "proxy/audit.hpp"
+#include "proxy/capacity.hpp"
 #include "proxy/denial_table.hpp"
 #include "proxy/events.hpp"
 #include "proxy/metrics.hpp"
@@ -76,16 +78,23 @@ public:
     pipe_pool(const pipe_pool&) = delete;
     pipe_pool& operator=(const pipe_pool&) = delete;
     ~pipe_pool();
-    /// A pipe {read end, write end}, non-blocking, from the pool or new; false if none.
+    /// A pipe {read end, write end}, non-blocking, from the pool or new; false if none (the
+    /// pool's limit is reached, or the system has no descriptor: the caller copies instead).
     bool take(int (&fds)[2]);
     /// Gives an empty pipe back (closed when the pool is full); fds become -1.
     void give(int (&fds)[2]);
+    /// Closes a pipe taken from the pool that still holds data; fds become -1.
+    void discard(int (&fds)[2]);
+    /// At most `n` pipes, in use and spare together (the descriptor budget's share).
+    void set_limit(std::size_t n) { limit_ = n; }
 
 private:
     // Few: each spare 1 MiB pipe stays charged to the user's pipe-user-pages-soft (64 MiB by
     // default), past which the kernel hands out 2-page pipes and splice slows for everyone.
     static constexpr std::size_t max_spare = 8;
     std::vector<std::array<int, 2>> spare_;
+    std::size_t in_use_ = 0;
+    std::size_t limit_ = static_cast<std::size_t>(-1);
 };
 
 class tunnel_relay;
@@ -197,10 +206,19 @@ public:
     awaitable<std::optional<kill_outcome>> kill_session(const std::string& id,
                                                         const std::string& reason,
                                                         const std::string& by);
-    /// Writes a session (after any change) to the state store; false if it could not.
+    /// Writes a session (after any change) to the state store; false if it could not (then
+    /// it is kept in unsaved_sessions and written again by retry_unsaved()).
     bool persist_session(const std::string& id);
+    /// Writes what could not be persisted before (the kill state, sessions) once the store
+    /// takes writes again; called every second on the control thread.
+    void retry_unsaved();
+    /// Whether changes are durable now: the store is open and writes (state_store::check),
+    /// and nothing is waiting to be written. `why` says what is wrong. Control thread.
+    bool state_durable(std::string& why);
     std::atomic<bool> network_killed{false};
     kill_state kill_info;  ///< control thread only
+    bool kill_unsaved = false;  ///< kill_info is not what the store holds (control thread)
+    std::set<std::string> unsaved_sessions;  ///< control thread only
 
     session_registry sessions;
     std::unique_ptr<audit_log> audit_log_;
@@ -219,6 +237,11 @@ public:
     config::endpoint proxy_endpoint;
     std::atomic<std::uint64_t> next_connection_id{1};
     std::atomic<std::int64_t> open_connections{0};
+    /// Admin API connections open (control thread; atomic for the accept loop's check).
+    std::atomic<std::int64_t> admin_connections{0};
+    std::int64_t event_streams = 0;  ///< GET /v1/events streams open (control thread)
+    /// The descriptor budget the listeners were capped by (proxy/capacity.hpp).
+    capacity limits;
     std::atomic<std::uint64_t> reloads_ok{0};
     std::atomic<std::uint64_t> reloads_failed{0};
     wall_clock::time_point started = wall_clock::now();

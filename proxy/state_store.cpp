@@ -25,6 +25,10 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
 constexpr int busy_timeout_ms = 5000;
+/// DIR/cordon.db.reserve: space held for the kills of a full disk. When a write fails for
+/// want of space, the reserve is deleted and the write tried once more; it is made again
+/// when there is room (state_store::check).
+constexpr off_t reserve_bytes = 1 << 20;
 constexpr int min_sqlite_version = 3037000;  // STRICT tables
 constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
 
@@ -476,7 +480,18 @@ bool create_store(const std::string& dir, const std::string& path, std::string& 
 
 struct state_store::impl {
     std::string path;
+    std::string reserve_path;  // DIR/cordon.db.reserve
     std::mutex mutex;
+    // What `path` and its WAL were when opened: a write is durable only while the path
+    // still names those files (a directory removed, or the file replaced, leaves the
+    // connection writing to a file no restart reads).
+    struct stat identity {};
+    struct stat wal_identity {};
+    bool have_wal_identity = false;
+    std::string broken;      // why the store can never be trusted again in this process
+    std::string last_error;  // the last write's failure; empty after a success
+    int last_rc = SQLITE_OK;  // of the last statement run()
+    bool reserve_used = false;
     connection db;  // declared before the statements: finalized first, closed last
     statement begin, commit, rollback;
     statement upsert_session, delete_tokens, insert_token, upsert_kill, insert_event;
@@ -492,12 +507,91 @@ struct state_store::impl {
     bool run(statement& st, std::string_view what, std::string& error) {
         const reset_on_exit reset(st);
         const int rc = st.step();
+        last_rc = rc;
         if (rc != SQLITE_DONE) {
             error = fail(what, rc);
             return false;
         }
         return true;
     }
+
+    /// Records what `path` (and its WAL) are now; called once the file is open.
+    void remember_identity() {
+        ::stat(path.c_str(), &identity);
+        have_wal_identity = ::stat((path + "-wal").c_str(), &wal_identity) == 0;
+    }
+
+    /// False, with `error` (and `broken`) set, when `path` no longer names the file opened:
+    /// compared by device and inode, never by name.
+    bool check_identity(std::string& error) {
+        if (!broken.empty()) {
+            error = broken;
+            return false;
+        }
+        const auto same = [](const struct stat& a, const struct stat& b) {
+            return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        };
+        struct stat now {};
+        std::string what;
+        if (::stat(path.c_str(), &now) != 0) {
+            what = path + " is gone (" + errno_text(errno) + ")";
+        } else if (!same(now, identity)) {
+            what = path + " was replaced by another file (inode " +
+                   std::to_string(identity.st_ino) + ", now " + std::to_string(now.st_ino) + ")";
+        } else if (!have_wal_identity) {
+            // The WAL is made by the first write; from then on it must stay the same file.
+            have_wal_identity = ::stat((path + "-wal").c_str(), &wal_identity) == 0;
+        } else {
+            const std::string wal = path + "-wal";
+            if (::stat(wal.c_str(), &now) != 0) {
+                what = wal + " is gone (" + errno_text(errno) + ")";
+            } else if (!same(now, wal_identity)) {
+                what = wal + " was replaced by another file";
+            }
+        }
+        if (what.empty()) {
+            return true;
+        }
+        broken = "state store " + what + ": what cordon writes now reaches no file a "
+                 "restart reads, so nothing is persisted; restart cordon to open the store "
+                 "at " + path + " again";
+        error = broken;
+        return false;
+    }
+
+    /// Deletes the reserve file: true if there was one (space was freed).
+    bool release_reserve() {
+        if (::unlink(reserve_path.c_str()) != 0) {
+            return false;
+        }
+        reserve_used = true;
+        return true;
+    }
+
+    /// Makes the reserve file if it is missing and there is room; best effort.
+    void make_reserve() {
+        const int fd = ::open(reserve_path.c_str(),
+                              O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            if (errno == EEXIST) {
+                reserve_used = false;
+            }
+            return;
+        }
+        const bool ok = ::posix_fallocate(fd, 0, reserve_bytes) == 0 && ::fsync(fd) == 0;
+        ::close(fd);
+        if (!ok) {
+            ::unlink(reserve_path.c_str());  // no room yet: try again later
+            return;
+        }
+        reserve_used = false;
+    }
+
+    /// One write transaction: `body` runs between BEGIN IMMEDIATE and COMMIT. A failure for
+    /// want of space is tried once more after the reserve is released. True only when the
+    /// commit succeeded and the file is still the one opened (check_identity).
+    template <class Body>
+    bool write(std::string& error, Body&& body);
 
     bool prepare_all(std::string& error);
     bool validate_and_configure(std::string& error);
@@ -527,6 +621,36 @@ private:
     bool committed_ = false;
 };
 
+template <class Body>
+bool state_store::impl::write(std::string& error, Body&& body) {
+    if (!broken.empty()) {
+        error = broken;
+        return false;  // never write into a file no restart reads
+    }
+    for (int attempt = 0;; ++attempt) {
+        last_rc = SQLITE_OK;
+        bool ok = false;
+        {
+            transaction txn(*this);
+            ok = txn.begin(error) && body(error) && txn.commit(error);
+        }
+        if (ok) {
+            break;
+        }
+        if (attempt == 0 && (last_rc & 0xff) == SQLITE_FULL && release_reserve()) {
+            continue;  // the disk is full: the reserve makes room for this write
+        }
+        last_error = error;
+        return false;
+    }
+    if (!check_identity(error)) {
+        last_error = error;
+        return false;
+    }
+    last_error.clear();
+    return true;
+}
+
 bool state_store::impl::validate_and_configure(std::string& error) {
     const std::string where = "state store " + path;
     int rc = SQLITE_OK;
@@ -535,6 +659,22 @@ bool state_store::impl::validate_and_configure(std::string& error) {
         (rc = db.busy_timeout(busy_timeout_ms)) != SQLITE_OK) {
         error = fail("configure", rc);
         return false;
+    }
+    // Before the first access in WAL mode: exclusive locking keeps the WAL index in this
+    // process's heap, so there is no -shm file mapped into memory, whose failure (a full,
+    // immutable or truncated file) would be a SIGBUS, not an error code; and no file is
+    // mapped at all (mmap_size 0). It also keeps a second cordon off the same store.
+    {
+        std::vector<std::string> mode;
+        if ((rc = query_column(db, "PRAGMA locking_mode=EXCLUSIVE", mode)) != SQLITE_OK ||
+            mode != std::vector<std::string>{"exclusive"}) {
+            error = where + ": locking_mode=EXCLUSIVE did not take";
+            return false;
+        }
+        if ((rc = db.exec("PRAGMA mmap_size=0")) != SQLITE_OK) {
+            error = fail("configure", rc);
+            return false;
+        }
     }
     std::vector<std::string> rows;
     rc = query_column(db, "PRAGMA quick_check", rows);
@@ -748,6 +888,9 @@ std::unique_ptr<state_store> state_store::open(const std::string& dir, std::stri
     if (!p->validate_and_configure(error)) {
         return nullptr;
     }
+    p->remember_identity();
+    p->reserve_path = path + ".reserve";
+    p->make_reserve();
     return std::unique_ptr<state_store>(new state_store(std::move(p)));
 }
 
@@ -758,10 +901,10 @@ bool state_store::save_session(const stored_session& s, std::string& error) {
     }
     std::lock_guard lock(impl_->mutex);
     impl& d = *impl_;
-    impl::transaction txn(d);
-    if (!txn.begin(error)) {
-        return false;
-    }
+    return d.write(error, [&](std::string& err) { return save_session_rows(d, s, err); });
+}
+
+bool state_store::save_session_rows(impl& d, const stored_session& s, std::string& error) {
     statement& up = d.upsert_session;
     up.bind(1, s.id);
     up.bind(2, s.job);
@@ -794,24 +937,19 @@ bool state_store::save_session(const stored_session& s, std::string& error) {
             return false;
         }
     }
-    return txn.commit(error);
+    return true;
 }
 
 bool state_store::save_kill(const kill_state& k, std::string& error) {
     std::lock_guard lock(impl_->mutex);
     impl& d = *impl_;
-    impl::transaction txn(d);
-    if (!txn.begin(error)) {
-        return false;
-    }
-    d.upsert_kill.bind(1, std::int64_t{k.engaged ? 1 : 0});
-    d.upsert_kill.bind(2, k.reason);
-    d.upsert_kill.bind(3, k.by);
-    d.upsert_kill.bind(4, to_ms(k.at));
-    if (!d.run(d.upsert_kill, "save kill state", error)) {
-        return false;
-    }
-    return txn.commit(error);
+    return d.write(error, [&](std::string& err) {
+        d.upsert_kill.bind(1, std::int64_t{k.engaged ? 1 : 0});
+        d.upsert_kill.bind(2, k.reason);
+        d.upsert_kill.bind(3, k.by);
+        d.upsert_kill.bind(4, to_ms(k.at));
+        return d.run(d.upsert_kill, "save kill state", err);
+    });
 }
 
 bool state_store::save_kill_timing(const kill_timing& t, std::string& error) {
@@ -821,20 +959,16 @@ bool state_store::save_kill_timing(const kill_timing& t, std::string& error) {
     }
     std::lock_guard lock(impl_->mutex);
     impl& d = *impl_;
-    impl::transaction txn(d);
-    if (!txn.begin(error)) {
-        return false;
-    }
     const double us = t.elapsed_ms > 0 ? t.elapsed_ms * 1000 : 0;
-    d.upsert_kill_timing.bind(1, t.scope);
-    d.upsert_kill_timing.bind(2, us < 9.2e18 ? static_cast<std::int64_t>(us) : int64_max);
-    d.upsert_kill_timing.bind(3, static_cast<std::int64_t>(std::min<std::uint64_t>(
-                                     t.connections_closed, static_cast<std::uint64_t>(int64_max))));
-    d.upsert_kill_timing.bind(4, to_ms(t.at));
-    if (!d.run(d.upsert_kill_timing, "save kill timing", error)) {
-        return false;
-    }
-    return txn.commit(error);
+    return d.write(error, [&](std::string& err) {
+        d.upsert_kill_timing.bind(1, t.scope);
+        d.upsert_kill_timing.bind(2, us < 9.2e18 ? static_cast<std::int64_t>(us) : int64_max);
+        d.upsert_kill_timing.bind(
+            3, static_cast<std::int64_t>(std::min<std::uint64_t>(
+                   t.connections_closed, static_cast<std::uint64_t>(int64_max))));
+        d.upsert_kill_timing.bind(4, to_ms(t.at));
+        return d.run(d.upsert_kill_timing, "save kill timing", err);
+    });
 }
 
 bool state_store::kill_timings(std::vector<kill_timing>& out, std::string& error) {
@@ -866,19 +1000,19 @@ bool state_store::kill_timings(std::vector<kill_timing>& out, std::string& error
 bool state_store::append_event(stored_event& e, std::string& error) {
     std::lock_guard lock(impl_->mutex);
     impl& d = *impl_;
-    impl::transaction txn(d);
-    if (!txn.begin(error)) {
-        return false;
-    }
-    d.insert_event.bind(1, to_ms(e.ts));
-    d.insert_event.bind(2, e.type);
-    d.insert_event.bind(3, e.session);
-    d.insert_event.bind(4, e.json);
-    if (!d.run(d.insert_event, "append event", error)) {
-        return false;
-    }
-    const std::int64_t id = d.db.last_insert_rowid();
-    if (!txn.commit(error)) {
+    std::int64_t id = 0;
+    const bool ok = d.write(error, [&](std::string& err) {
+        d.insert_event.bind(1, to_ms(e.ts));
+        d.insert_event.bind(2, e.type);
+        d.insert_event.bind(3, e.session);
+        d.insert_event.bind(4, e.json);
+        if (!d.run(d.insert_event, "append event", err)) {
+            return false;
+        }
+        id = d.db.last_insert_rowid();
+        return true;
+    });
+    if (!ok) {
         return false;
     }
     e.id = static_cast<std::uint64_t>(id);
@@ -1027,19 +1161,35 @@ std::vector<stored_event> state_store::events_after(std::uint64_t after, std::st
 bool state_store::prune(wall_clock::time_point before, std::string& error) {
     std::lock_guard lock(impl_->mutex);
     impl& d = *impl_;
-    impl::transaction txn(d);
-    if (!txn.begin(error)) {
+    return d.write(error, [&](std::string& err) {
+        d.prune_sessions.bind(1, to_ms(before));  // their tokens go by ON DELETE CASCADE
+        if (!d.run(d.prune_sessions, "prune sessions", err)) {
+            return false;
+        }
+        d.prune_events.bind(1, to_ms(before));
+        return d.run(d.prune_events, "prune events", err);
+    });
+}
+
+bool state_store::check(std::string& error) {
+    std::lock_guard lock(impl_->mutex);
+    impl& d = *impl_;
+    if (!d.check_identity(error)) {
         return false;
     }
-    d.prune_sessions.bind(1, to_ms(before));  // their tokens go by ON DELETE CASCADE
-    if (!d.run(d.prune_sessions, "prune sessions", error)) {
+    if (d.reserve_used) {
+        d.make_reserve();
+    }
+    if (!d.last_error.empty()) {
+        error = d.last_error;
         return false;
     }
-    d.prune_events.bind(1, to_ms(before));
-    if (!d.run(d.prune_events, "prune events", error)) {
-        return false;
-    }
-    return txn.commit(error);
+    return true;
+}
+
+bool state_store::reserve_used() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->reserve_used;
 }
 
 }  // namespace cordon::proxy

@@ -42,9 +42,15 @@ struct stored_event {
 };
 
 /// SQLite in WAL mode at DIR/cordon.db (DIR created 0700; the file is 0600). Every write is one
-/// transaction with synchronous=FULL, so it is on disk when the call returns. Times are kept
-/// as integer milliseconds since the epoch (finer parts are floored). Thread-safe: one mutex
-/// serialises every call (they are rare control-plane operations; a write costs an fsync).
+/// transaction with synchronous=FULL, so it is on disk when the call returns. Exclusive locking:
+/// no -shm file and nothing memory-mapped (a failing mapped file is a SIGBUS, not an error), and
+/// no other process opens the file while the store is open. A write returns true only if the
+/// path still names the file opened (device and inode): a store whose directory was removed or
+/// whose file was replaced fails every write from then on (check() says why). A write failing
+/// for want of space deletes DIR/cordon.db.reserve (1 MiB held for this) and is tried again.
+/// Times are kept as integer milliseconds since the epoch (finer parts are floored).
+/// Thread-safe: one mutex serialises every call (they are rare control-plane operations; a
+/// write costs an fsync).
 class state_store {
 public:
     /// The schema this build reads and writes (meta.schema_version).
@@ -104,9 +110,17 @@ public:
     /// and events whose ts is before `before`. Active sessions and the kill state are kept.
     bool prune(wall_clock::time_point before, std::string& error);
 
+    /// Whether writes are durable now: false, with `error` set, when the last write failed
+    /// or the path no longer names the file opened (then for good). Makes the space reserve
+    /// again if it was used and there is room. Cheap (a stat or two): called every second.
+    bool check(std::string& error);
+    /// True while the space reserve is spent (the disk filled up; not yet made again).
+    bool reserve_used() const;
+
 private:
     struct impl;
     explicit state_store(std::unique_ptr<impl> p);
+    static bool save_session_rows(impl& d, const stored_session& s, std::string& error);
 
     std::unique_ptr<impl> impl_;
 };

@@ -956,8 +956,11 @@ class Cordon:
     (indented by two spaces, without the `jobs:` line); `proxy_opts` the `proxy:` section."""
 
     def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None, fsize_limit=None,
-                 listen_dns=None, dns_yaml=None):
+                 listen_dns=None, dns_yaml=None, nofile_limit=None):
         self.bin = binary or CORDON_BIN
+        # With nofile_limit, cordon runs with RLIMIT_NOFILE soft = hard = that many
+        # descriptors (`ulimit -n`), for the descriptor-exhaustion tests.
+        self.nofile_limit = nofile_limit
         # listen_dns: the `listen.dns` value (e.g. "127.0.0.1:0"); dns_yaml: more keys of the
         # `dns:` section, as YAML lines indented by two spaces (e.g. "  default_job: web\n").
         self.listen_dns = listen_dns
@@ -1023,17 +1026,19 @@ class Cordon:
             raise CordonError(f"cordon binary not found at {self.bin} (set CORDON_BIN)")
         self.stdout = open(self.tmp.join("stdout.log"), "wb")
         self.stderr = open(self.tmp.join("stderr.log"), "wb")
-        preexec = None
-        if self.fsize_limit is not None:
-            limit = int(self.fsize_limit)
+        fsize = None if self.fsize_limit is None else int(self.fsize_limit)
+        nofile = None if self.nofile_limit is None else int(self.nofile_limit)
 
-            def preexec():
+        def preexec():
+            if fsize is not None:
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
         self.proc = subprocess.Popen(
             [self.bin, "serve", "--config", self.config_path, "--ready-file", self.ready_path],
             stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stderr,
-            preexec_fn=preexec)
+            preexec_fn=preexec if fsize is not None or nofile is not None else None)
         deadline = time.monotonic() + timeout
         ready = None
         while time.monotonic() < deadline:

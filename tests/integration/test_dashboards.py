@@ -353,7 +353,8 @@ class DashboardShapeTest(unittest.TestCase):
 
 class AlertFilesTest(unittest.TestCase):
     REQUIRED = {"CordonEgressDenied", "CordonDenialBurst", "CordonKillSwitchEngaged",
-                "CordonAuditWriteErrors", "CordonConfigReloadFailed", "CordonDown",
+                "CordonAuditWriteErrors", "CordonAuditRecordsDropped", "CordonConfigReloadFailed",
+                "CordonDown",
                 "CordonTargetMissing"}
 
     def test_rules_have_severity_summary_description(self):

@@ -74,6 +74,7 @@ FAMILIES = {
     "cordon_upstream_connect_seconds": "histogram",
     "cordon_config_reloads_total": "counter",
     "cordon_audit_write_errors_total": "counter",
+    "cordon_audit_dropped_total": "counter",
     "cordon_denial_bursts_total": "counter",
 }
 REASONS = ("no_rule", "port", "protocol", "method", "private_address", "bad_request",

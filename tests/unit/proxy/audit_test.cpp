@@ -23,7 +23,10 @@
 #include <utility>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <csignal>
 
 namespace {
 
@@ -842,5 +845,156 @@ TEST_CASE("audit: write_durable is on disk when it returns", "[audit][durable]")
     SECTION("a stopped log cannot make it durable") {
         log.stop();
         CHECK_FALSE(log.write_durable(event("revive", 3, now), 1s));
+    }
+}
+
+TEST_CASE("audit: kill, revive and session records are never dropped", "[audit][faults]") {
+    CHECK(audit_must_keep("kill.network"));
+    CHECK(audit_must_keep("kill.session"));
+    CHECK(audit_must_keep("revive"));
+    CHECK(audit_must_keep("session.create"));
+    CHECK(audit_must_keep("session.end"));
+    CHECK(audit_must_keep("token.revoke"));
+    CHECK_FALSE(audit_must_keep("conn.open"));
+    CHECK_FALSE(audit_must_keep("dns.query"));
+
+    temp_dir tmp;
+    const fs::path blocker = tmp.path / "blocker";
+    std::ofstream(blocker) << "x";
+    audit_options o = options(blocker / "audit", 1h);
+    o.max_queue = 4;
+    audit_log log(o);
+    std::string error;
+    CHECK_FALSE(log.open(error));
+    const auto now = wall_clock::now();
+    for (int i = 0; i < 10; ++i) {
+        log.write(event("conn.open", i, now));
+    }
+    for (const char* e : {"kill.network", "revive", "session.create", "kill.session"}) {
+        log.write(event(e, 100, now));
+    }
+    CHECK(log.dropped() == 6);  // the connection records beyond the bound, nothing else
+    CHECK_FALSE(log.flush());   // the failed pass queues them again: still nothing dropped
+    CHECK(log.dropped() == 6);
+
+    fs::remove(blocker);
+    REQUIRE(log.flush());
+    const auto lines = read_lines(blocker / "audit" / day_file(now));
+    std::vector<std::string> events;
+    for (const auto& l : lines) {
+        events.push_back(std::string(parse_object(l).at("event").as_string()));
+    }
+    CHECK(events == std::vector<std::string>{"conn.open", "conn.open", "conn.open", "conn.open",
+                                             "kill.network", "revive", "session.create",
+                                             "kill.session"});
+}
+
+namespace {
+
+// RLIMIT_FSIZE for this process while it lives (SIGXFSZ ignored): writes past `bytes` fail
+// with EFBIG after a partial write, as on a disk that fills up mid-batch.
+class file_size_limit {
+public:
+    explicit file_size_limit(rlim_t bytes) {
+        REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved_) == 0);
+        old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+        rlimit r = saved_;
+        r.rlim_cur = bytes;
+        REQUIRE(::setrlimit(RLIMIT_FSIZE, &r) == 0);
+    }
+    ~file_size_limit() { lift(); }
+    void lift() {
+        if (!lifted_) {
+            ::setrlimit(RLIMIT_FSIZE, &saved_);
+            std::signal(SIGXFSZ, old_handler_);
+            lifted_ = true;
+        }
+    }
+    file_size_limit(const file_size_limit&) = delete;
+    file_size_limit& operator=(const file_size_limit&) = delete;
+
+private:
+    rlimit saved_{};
+    void (*old_handler_)(int) = SIG_DFL;
+    bool lifted_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("audit: a backlog larger than the free space is written in part", "[audit][faults]") {
+    temp_dir tmp;
+    audit_log log(options(tmp.path, 1h));
+    std::string error;
+    REQUIRE(log.open(error));
+    const auto now = wall_clock::now();
+    const fs::path file = tmp.path / day_file(now);
+    REQUIRE(log.write(event("conn.open", 0, now)));
+    REQUIRE(log.flush());
+    const auto start = fs::file_size(file);
+    constexpr int records = 400;
+    const std::string pad(200, 'p');
+    {
+        file_size_limit room(static_cast<rlim_t>(start + 16 * 1024));  // room for some
+        for (int i = 1; i <= records; ++i) {
+            audit_record r("conn.open", now);
+            r.add("n", std::int64_t{i}).add("pad", pad);
+            log.write(std::move(r));
+        }
+        CHECK_FALSE(log.flush());
+        CHECK_FALSE(log.healthy());
+        const auto lines = read_lines(file);
+        // The whole lines that fit were written and kept, none was cut.
+        CHECK(lines.size() > 40);
+        CHECK(lines.size() < records);
+        for (const auto& l : lines) {
+            parse_object(l);
+        }
+        room.lift();
+    }
+    REQUIRE(log.flush());
+    CHECK(log.healthy());
+    const auto lines = read_lines(file);
+    REQUIRE(lines.size() == records + 1);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        CHECK(parse_object(lines[i]).at("n") == static_cast<std::int64_t>(i));
+    }
+    CHECK(log.dropped() == 0);
+}
+
+TEST_CASE("audit: stop during an outage retries, then hands over the kills it lost",
+          "[audit][faults]") {
+    temp_dir tmp;
+    const fs::path blocker = tmp.path / "blocker";
+    std::ofstream(blocker) << "x";
+    audit_options o = options(blocker / "audit", 10ms);
+    o.stop_retry = 300ms;
+    audit_log log(o);
+    std::string error;
+    CHECK_FALSE(log.open(error));
+    const auto now = wall_clock::now();
+    log.write(event("conn.open", 1, now));
+    audit_record kill("kill.network", now);
+    kill.add("reason", "outage");
+    log.write(std::move(kill));
+
+    SECTION("the disk comes back within the retry: nothing is lost") {
+        std::thread fixer([&] {
+            std::this_thread::sleep_for(100ms);
+            fs::remove(blocker);
+        });
+        log.stop();
+        fixer.join();
+        CHECK(log.dropped() == 0);
+        CHECK(log.lost_records().empty());
+        CHECK(read_lines(blocker / "audit" / day_file(now)).size() == 2);
+    }
+    SECTION("it does not: counted, and the kill is handed over") {
+        const auto t0 = steady_clock::now();
+        log.stop();
+        CHECK(steady_clock::now() - t0 >= 250ms);
+        CHECK(log.dropped() == 2);
+        const auto lost = log.lost_records();
+        REQUIRE(lost.size() == 1);
+        CHECK(parse_object(without_newline(lost[0])).at("event") == "kill.network");
     }
 }

@@ -4,8 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -211,13 +214,10 @@ TEST_CASE("state: a new store is made 0700, in WAL mode, with nothing left behin
     REQUIRE(::stat(store->path().c_str(), &st) == 0);
     CHECK((st.st_mode & 0077) == 0);  // 0600: no one else reads the token hashes
 
-    CHECK(raw_query(store->path(), "PRAGMA journal_mode") == "wal");
-    CHECK(raw_query(store->path(), "SELECT schema_version FROM meta") ==
-          std::to_string(state_store::schema_version));
     for (const auto& entry : fs::directory_iterator(dir)) {
         const auto name = entry.path().filename().string();
         INFO(name);
-        CHECK((name == "cordon.db" || name == "cordon.db-wal" || name == "cordon.db-shm"));
+        CHECK((name == "cordon.db" || name == "cordon.db-wal" || name == "cordon.db.reserve"));
     }
 
     // A fresh store loads as empty and not killed.
@@ -227,8 +227,13 @@ TEST_CASE("state: a new store is made 0700, in WAL mode, with nothing left behin
     CHECK(loaded.last_event_id == 0);
     CHECK(store->events_after(0, "", 10).empty());
 
-    // A trailing slash names the same directory.
+    // Closed (the store holds the file exclusively while open), it reads as WAL mode.
     store.reset();
+    CHECK(raw_query(dir + "/cordon.db", "PRAGMA journal_mode") == "wal");
+    CHECK(raw_query(dir + "/cordon.db", "SELECT schema_version FROM meta") ==
+          std::to_string(state_store::schema_version));
+
+    // A trailing slash names the same directory.
     auto again = open_ok(dir + "/");
     CHECK(again->path() == dir + "/cordon.db");
 }
@@ -297,7 +302,9 @@ TEST_CASE("state: sessions, tokens, kill and events round trip", "[state]") {
         got = load_ok(*store);
         CHECK(describe(got.sessions) ==
               describe(std::vector<stored_session>{live, killed, no_tokens}));
-        CHECK(raw_query(store->path(), "SELECT count(*) FROM tokens") == "3");
+        const std::string path = store->path();
+        store.reset();
+        CHECK(raw_query(path, "SELECT count(*) FROM tokens") == "3");
     }
     SECTION("revive replaces the kill state") {
         k.engaged = false;
@@ -362,7 +369,8 @@ TEST_CASE("state: the registry survives a restart through the store", "[state][s
           auth_status::session_ended);
     CHECK(after.authenticate(killed.session_id, killed.token).status ==
           auth_status::session_killed);
-    CHECK(raw_query(store->path(), "SELECT count(*) FROM tokens") == "3");
+    store.reset();
+    CHECK(raw_query(tmp.db(), "SELECT count(*) FROM tokens") == "3");
 }
 
 TEST_CASE("state: the file never holds a token secret", "[state]") {
@@ -417,14 +425,19 @@ TEST_CASE("state: reopening after close keeps everything", "[state]") {
     CHECK(e.id == 6);
 }
 
-TEST_CASE("state: writes are visible to another connection at once", "[state]") {
+TEST_CASE("state: a write is in the file when it returns", "[state]") {
     temp_dir tmp;
     auto store = open_ok(tmp.path());
     std::string error;
     REQUIRE(store->save_kill(kill_state{true, "r", "b", t0}, error));
-    // Committed (and, with synchronous=FULL, synced) before save_kill returned.
-    CHECK(raw_query(store->path(), "SELECT engaged FROM kill_switch") == "1");
-    CHECK(raw_query(store->path(), "PRAGMA journal_mode") == "wal");
+    // Committed (and, with synchronous=FULL, synced) before save_kill returned: a copy of
+    // the files taken now (as a crash would leave them) holds it.
+    const std::string copy = tmp.path() + "/copy";
+    fs::create_directories(copy);
+    fs::copy_file(tmp.db(), copy + "/cordon.db");
+    fs::copy_file(tmp.db() + "-wal", copy + "/cordon.db-wal");
+    CHECK(raw_query(copy + "/cordon.db", "SELECT engaged FROM kill_switch") == "1");
+    CHECK(raw_query(copy + "/cordon.db", "PRAGMA journal_mode") == "wal");
 }
 
 TEST_CASE("state: events_after filters by id and session, honours the limit", "[state]") {
@@ -497,7 +510,11 @@ TEST_CASE("state: prune drops old finished sessions and old events only", "[stat
     auto got = load_ok(*store);
     CHECK(describe(got.sessions) ==
           describe(std::vector<stored_session>{recent_killed, old_active}));
-    CHECK(raw_query(store->path(), "SELECT count(*) FROM tokens") == "2");  // cascaded
+    std::uint64_t tokens_left = 0;
+    for (const auto& s : got.sessions) {
+        tokens_left += s.tokens.size();
+    }
+    CHECK(tokens_left == 2);  // cascaded
     const auto events = store->events_after(0, "", 100);
     REQUIRE(events.size() == 3);
     CHECK(events[0].id == 4);  // minutes 0, 1, 2 are gone; the boundary one stays
@@ -666,7 +683,9 @@ TEST_CASE("state: an invalid row fails load instead of being skipped", "[state]"
     std::string error;
     REQUIRE(store->save_session(session("s-a", "j", 0), error));
     // Out of the clock's range: the schema allows it, load must not.
-    raw_query(store->path(), "UPDATE sessions SET expires_ms = 9223372036854775807");
+    store.reset();
+    raw_query(tmp.db(), "UPDATE sessions SET expires_ms = 9223372036854775807");
+    store = open_ok(tmp.path());
     state_store::loaded out;
     CHECK_FALSE(store->load(out, error));
     CHECK_THAT(error, Catch::Contains("s-a"));
@@ -734,8 +753,10 @@ TEST_CASE("state: a version 1 store is upgraded in place, its content kept", "[s
     raw_query(tmp.db(), "DROP TABLE kill_timings");
     raw_query(tmp.db(), "UPDATE meta SET schema_version = 1");
     auto store = open_ok(tmp.path());
+    store.reset();
     CHECK(raw_query(tmp.db(), "SELECT schema_version FROM meta") == "2");
     CHECK(raw_query(tmp.db(), "SELECT engaged FROM kill_switch") == "1");
+    store = open_ok(tmp.path());
     std::string error;
     CHECK(store->save_kill_timing(kill_timing{"session", 1.5, 1, t0}, error));
 }
@@ -755,4 +776,89 @@ TEST_CASE("state: a version 1 meta without the tables is refused, not upgraded",
     CHECK(raw_query(tmp.db(), "SELECT schema_version FROM meta") == "1");
     CHECK(raw_query(tmp.db(), "SELECT count(*) FROM sqlite_schema WHERE name = 'kill_timings'") ==
           "0");
+}
+
+TEST_CASE("state: no -shm file, nothing mapped, one process at a time", "[state][faults]") {
+    temp_dir tmp;
+    auto store = open_ok(tmp.path());
+    std::string error;
+    REQUIRE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+    // The WAL index lives in the process's memory: no -shm to be made immutable, truncated
+    // or filled under a mapping (a SIGBUS, not an error).
+    CHECK_FALSE(fs::exists(tmp.db() + "-shm"));
+    // Another connection cannot read or write it while the store is open.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(tmp.db().c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    sqlite3_busy_timeout(db, 0);
+    CHECK(sqlite3_exec(db, "SELECT count(*) FROM sessions", nullptr, nullptr, nullptr) ==
+          SQLITE_BUSY);
+    sqlite3_close(db);
+    CHECK(store->check(error));
+}
+
+TEST_CASE("state: a removed or replaced store is never reported as persisted",
+          "[state][faults]") {
+    temp_dir tmp;
+    auto store = open_ok(tmp.path());
+    std::string error;
+    REQUIRE(store->save_session(session("s-a", "j", 0), error));
+    REQUIRE(store->check(error));
+
+    SECTION("the directory removed") {
+        fs::remove_all(tmp.path());
+        CHECK_FALSE(store->check(error));
+        CHECK_THAT(error, Catch::Contains("is gone"));
+        CHECK_FALSE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+        CHECK_THAT(error, Catch::Contains("nothing is persisted"));
+        // Made again at the same path: still not the file this store writes to.
+        fs::create_directories(tmp.path());
+        write_file(tmp.db(), "");
+        CHECK_FALSE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+        CHECK_FALSE(store->check(error));
+    }
+    SECTION("the file replaced by a copy (same name, same content, another inode)") {
+        fs::copy_file(tmp.db(), tmp.db() + ".copy");
+        fs::rename(tmp.db() + ".copy", tmp.db());
+        CHECK_FALSE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+        CHECK_THAT(error, Catch::Contains("replaced"));
+        CHECK_FALSE(store->check(error));
+    }
+    SECTION("the WAL removed") {
+        REQUIRE(fs::exists(tmp.db() + "-wal"));
+        REQUIRE(store->check(error));  // its identity is known from the first write
+        fs::remove(tmp.db() + "-wal");
+        CHECK_FALSE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+        CHECK_THAT(error, Catch::Contains("-wal is gone"));
+    }
+}
+
+TEST_CASE("state: a failed write is reported until one succeeds; the reserve is made",
+          "[state][faults]") {
+    temp_dir tmp;
+    auto store = open_ok(tmp.path());
+    const std::string reserve = tmp.db() + ".reserve";
+    REQUIRE(fs::exists(reserve));
+    CHECK(fs::file_size(reserve) == 1u << 20);
+    CHECK_FALSE(store->reserve_used());
+    std::string error;
+    // The process may write no file past its current size (EFBIG, an I/O error to SQLite,
+    // not SQLITE_FULL: the reserve is for full disks, tested on a tmpfs in test_faults).
+    REQUIRE(store->save_session(session("s-a", "j", 0), error));
+    const auto wal_size = fs::file_size(tmp.db() + "-wal");
+    rlimit saved{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = saved;
+    r.rlim_cur = wal_size;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &r) == 0);
+    bool failed = false;
+    for (int i = 0; i < 200 && !failed; ++i) {
+        failed = !store->save_session(session("s-" + std::to_string(i), "j", i), error);
+    }
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, old_handler);
+    REQUIRE(failed);
+    CHECK_FALSE(store->check(error));
+    REQUIRE(store->save_kill(kill_state{true, "r", "b", t0}, error));
+    CHECK(store->check(error));
 }
