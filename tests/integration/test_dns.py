@@ -374,9 +374,14 @@ class DnsCase(unittest.TestCase):
         return "  default_job: web\n  rate_limit: { qps: 10000, burst: 10000 }\n"
 
     @classmethod
+    def binary(cls):
+        return None  # harness default (CORDON_BIN)
+
+    @classmethod
     def setUpClass(cls):
         cls.cordon = H.Cordon(jobs_yaml(cls.LAB_SOURCES), UP.port, PROXY_OPTS,
-                              listen_dns="127.0.0.1:0", dns_yaml=cls.dns_yaml())
+                              listen_dns="127.0.0.1:0", dns_yaml=cls.dns_yaml(),
+                              binary=cls.binary())
         try:
             cls.cordon.start()
             if cls.cordon.dns_addr is None:
@@ -1372,6 +1377,46 @@ class TcpLimitTest(DnsCase):
             s.close()
         self.assertIsNotNone(closed_at, "a busy connection lived 8 s with a 1.5 s timeout")
         self.assertLess(closed_at, 2.5, f"closed after {closed_at:.1f}s, timeout 1.5s")
+
+
+class TcpDescriptorLimitTest(DnsCase):
+    """cordon under `ulimit -n 256` with the default dns.tcp caps: DNS over TCP takes at most
+    a quarter of the descriptors, and the kill is still answered while it is full."""
+
+    @classmethod
+    def binary(cls):
+        cls.wrapper_dir = H.TempDir("cordon-it-nofile-")
+        path = cls.wrapper_dir.join("cordon")
+        with open(path, "w") as f:
+            f.write(f"#!/bin/sh\nulimit -n 256 || exit 99\nexec {H.CORDON_BIN} \"$@\"\n")
+        os.chmod(path, 0o755)
+        return path
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.wrapper_dir.cleanup()
+
+    def test_tcp_connections_stay_below_the_descriptor_limit(self):
+        socks = []
+        try:
+            for i in range(10):  # 10 addresses x 15: within the per-client cap of 16
+                socks += [tcp_connect(self.addr, f"127.0.1.{i + 1}") for _ in range(15)]
+            time.sleep(0.5)
+            kept = sum(1 for s in socks if not closed_by_peer(s, 0.01))
+            self.assertLessEqual(kept, 64, f"{kept} of 150 DNS-over-TCP connections kept open "
+                                           "under ulimit -n 256 (a quarter is 64)")
+            self.assertGreaterEqual(kept, 32, f"only {kept} kept")
+            t0 = time.monotonic()
+            status, js = self.cordon.admin("POST", "/v1/kill",
+                                           {"reason": "test: fd limit", "by": "tests"})
+            self.assertEqual(status, 200, js)
+            self.assertLess(time.monotonic() - t0, 2.0)
+        finally:
+            for s in socks:
+                s.close()
 
 
 class InflightBudgetTest(DnsCase):
