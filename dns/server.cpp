@@ -302,11 +302,9 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             hook.rate_limited(client);
             return true;
         }
-        if (v.allow && q.q.qclass != class_in) {
-            v.allow = false;  // CH, HS, ANY: cordon resolves Internet names only
-            v.reason = "qclass";
-        }
-        if (v.allow && !type_served(q.q.qtype)) {
+        // CH, HS, ANY: cordon resolves Internet names only (the fixed reason set has no
+        // class of its own: "qtype" stands for "a question the resolver does not serve").
+        if (v.allow && (q.q.qclass != class_in || !type_served(q.q.qtype))) {
             v.allow = false;
             v.reason = "qtype";
         }
