@@ -779,7 +779,8 @@ std::optional<clean_answer> sanitize_answer(const answer_view& a, std::uint32_t 
                 break;
         }
         const std::size_t len = m.size() - len_at - 2;
-        if (len > 0xFFFF || m.size() > max_message_size) {
+        // Room left for the OPT answer_for adds (11 bytes): a served answer fits a message.
+        if (len > 0xFFFF || m.size() > max_message_size - 11) {
             return false;
         }
         set16(m, len_at, static_cast<std::uint16_t>(len));

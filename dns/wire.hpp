@@ -217,7 +217,7 @@ struct clean_answer {
 ///   (`max_negative_ttl` for a negative answer): the TTL served is the one cached;
 /// - header: the upstream's id and rcode, QR RD RA set, nothing else (no AA, AD).
 /// nullopt when the answer cannot be relayed: an opcode other than QUERY, TC set, an
-/// extended rcode, or a rebuilt message over 65535 bytes.
+/// extended rcode, or a rebuilt message over 65524 bytes (65535 less an OPT record).
 std::optional<clean_answer> sanitize_answer(const answer_view& a, std::uint32_t max_ttl,
                                             std::uint32_t max_negative_ttl);
 

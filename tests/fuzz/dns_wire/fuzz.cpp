@@ -169,6 +169,7 @@ void check_sanitize(bytes in) {
     std::vector<std::uint8_t> out;
     answer_for(c->message, c->ttls, q, in.size() >= 2 ? in[1] : 0, out);
     const auto d = parse_answer(out);
+    check(out.size() <= max_message_size, "a served answer fits a message", in);
     check(d.has_value(), "a served answer parses", in);
     check(d->q.name == a->q.name && d->additional.size() == 1, "served: question and OPT", in);
     check(d->answers.size() == b->answers.size(), "served: same records", in);
