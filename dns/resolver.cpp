@@ -27,6 +27,7 @@ namespace {
 namespace net = boost::asio;
 using clock_type = std::chrono::steady_clock;
 using wait_type = net::posix::descriptor_base::wait_type;
+constexpr std::chrono::milliseconds gate_poll{100};
 
 // The text callers see for a c-ares status.
 std::string describe(int status) {
@@ -489,8 +490,13 @@ void resolver_impl::arm_timer() {
     if (ares_timeout(channel_, nullptr, &tv) == nullptr) {
         return;  // nothing pending; a timer still armed just fires once for nothing
     }
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+    auto wait = std::chrono::ceil<std::chrono::milliseconds>(
         std::chrono::seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec));
+    if (gate_) {
+        // While lookups are pending, look at the gate at least this often: a kill cancels
+        // them within it, not only at their next retry (seconds away).
+        wait = std::min(wait, gate_poll);
+    }
     const auto deadline = clock_type::now() + wait;
     if (timer_armed_ && timer_deadline_ <= deadline) {
         return;  // fires early enough; on_timer() re-arms from ares_timeout

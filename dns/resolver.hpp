@@ -50,10 +50,11 @@ struct resolver_options {
     /// Of those, at most this many async_query lookups (the DNS listener's clients): the rest
     /// stays for async_resolve (the proxy's own lookups), whatever the listener's clients ask.
     std::size_t max_relayed = 2048;
-    /// Asked before every lookup starts and before c-ares gets to run (socket ready, timer):
-    /// while it answers false, new lookups fail with "cancelled" and the ones in flight are
-    /// cancelled before c-ares can send a retry or hand over an answer (the network kill).
-    /// Called on the resolver's thread; empty: always open.
+    /// Asked before every lookup starts, before c-ares gets to run (socket ready, timer) and
+    /// at least every 100 ms while lookups are pending: while it answers false, new lookups
+    /// fail with "cancelled" and the ones in flight are cancelled (within 100 ms) before
+    /// c-ares can send a retry or hand over an answer (the network kill). Called on the
+    /// resolver's thread; empty: always open.
     std::function<bool()> upstream_allowed;
 };
 

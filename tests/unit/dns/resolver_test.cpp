@@ -481,7 +481,7 @@ TEST_CASE_METHOD(fixture, "resolver: relayed lookups leave the proxy its share",
 TEST_CASE_METHOD(fixture, "resolver: a closed gate cancels lookups before any retry",
                  "[resolver]") {
     auto o = options();
-    o.timeout = 300ms;
+    o.timeout = 1000ms;
     o.tries = 3;
     bool open = true;
     o.upstream_allowed = [&open] { return open; };
@@ -492,11 +492,13 @@ TEST_CASE_METHOD(fixture, "resolver: a closed gate cancels lookups before any re
                    [&relayed](cordon::dns::raw_result x) { relayed = std::move(x); });
     r->async_resolve("silent.test", [&own](resolve_result x) { own = std::move(x); });
     REQUIRE(run_until(ioc, [this] { return server.queries_for("silent.test") == 3; }));
-    open = false;  // the network kill: before c-ares' first retry (300 ms)
+    open = false;  // the network kill: before c-ares' first retry (1 s)
+    const auto closed_at = std::chrono::steady_clock::now();
     REQUIRE(run_until(ioc, [&] { return relayed.has_value() && own.has_value(); }));
+    CHECK(std::chrono::steady_clock::now() - closed_at < 250ms);  // polled every 100 ms
     CHECK(relayed->error == "cancelled");
     CHECK(own->error == "cancelled");
-    run_for(ioc, 1000ms);  // every retry would have gone out by now
+    run_for(ioc, 3500ms);  // every retry would have gone out by now
     CHECK(server.queries_for("silent.test") == 3);  // the first tries (A, and A+AAAA) only
     SECTION("new lookups fail at once while it is closed, and work once it opens") {
         const auto closed = resolve(*r, "dual.test");
