@@ -1329,6 +1329,38 @@ class TcpLimitTest(DnsCase):
             for s in socks:
                 s.close()
 
+    def test_relayed_connections_count_per_session(self):
+        # The shim's relay connects from 127.0.0.1 for every sandbox: once a connection's
+        # query names a session, it counts against that session's cap, not the address's.
+        sessions = [self.cordon.create_session("web") for _ in range(3)]
+
+        def ask(s, session, qid):
+            q = build_query("a.test", T_A, qid=qid, edns=1232,
+                            options=[(SESSION_OPTION, session_opt(session))])
+            s.sendall(struct.pack("!H", len(q)) + q)
+            return TcpReader(s).message(2)
+
+        socks = []
+        try:
+            for i, sess in enumerate(sessions):  # 3 sessions, one address, cap 2 each
+                s = tcp_connect(self.addr, "127.0.0.29")
+                socks.append(s)
+                self.assertIsNotNone(ask(s, sess, 0x7E00 + i), f"session {i} not answered")
+            self.assertFalse(any(closed_by_peer(s, 0.05) for s in socks),
+                             "a session's first connection was closed: counted per address")
+            extra = []
+            for i in range(2):  # the first session's 2nd and 3rd connections
+                s = tcp_connect(self.addr, "127.0.0.29")
+                extra.append(s)
+                self.assertIsNotNone(ask(s, sessions[0], 0x7E10 + i), "not answered")
+            self.assertFalse(closed_by_peer(extra[0], 0.2), "a session's 2nd connection closed")
+            self.assertTrue(closed_by_peer(extra[1], 0.5),
+                            "a session's 3rd connection kept with max_per_client 2")
+            socks += extra
+        finally:
+            for s in socks:
+                s.close()
+
     def test_drip_fed_connection_closed_at_the_deadline(self):
         # One byte every 0.25 s: each byte used to restart a 10 s idle timer, so a dripping
         # client held its descriptor for as long as it liked.
