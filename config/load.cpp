@@ -405,8 +405,48 @@ private:
         if (!expect_map(n, "dns")) {
             return;
         }
-        const auto keys = check_keys(n, "dns", {"upstream", "deny_rcode", "default_job",
-                                                "cache_entries", "query_types", "rate_limit"});
+        const auto keys =
+            check_keys(n, "dns", {"upstream", "deny_rcode", "default_job", "cache_entries",
+                                  "query_types", "rate_limit", "inflight", "tcp"});
+        if (const auto* v = find(keys, "inflight")) {
+            if (expect_map(*v, "dns.inflight")) {
+                const auto ik = check_keys(*v, "dns.inflight", {"per_client", "total"});
+                if (const auto* c = find(ik, "per_client")) {
+                    if (auto x = get_int(*c, "dns.inflight.per_client", 1, 65'536, "lookups")) {
+                        p.dns.inflight_per_client = static_cast<std::uint32_t>(*x);
+                    }
+                }
+                if (const auto* t = find(ik, "total")) {
+                    // Below the resolver's 4096 per thread: the rest is the proxy's.
+                    if (auto x = get_int(*t, "dns.inflight.total", 1, 3'072, "lookups")) {
+                        p.dns.inflight_total = static_cast<std::uint32_t>(*x);
+                    }
+                }
+            }
+        }
+        if (const auto* v = find(keys, "tcp")) {
+            if (expect_map(*v, "dns.tcp")) {
+                const auto tk =
+                    check_keys(*v, "dns.tcp", {"max_connections", "max_per_client", "timeout"});
+                if (const auto* c = find(tk, "max_connections")) {
+                    if (auto x = get_int(*c, "dns.tcp.max_connections", 1, 65'536, "a count")) {
+                        p.dns.tcp_max_connections = static_cast<std::uint32_t>(*x);
+                    }
+                }
+                if (const auto* c = find(tk, "max_per_client")) {
+                    if (auto x = get_int(*c, "dns.tcp.max_per_client", 1, 65'536, "a count")) {
+                        p.dns.tcp_max_per_client = static_cast<std::uint32_t>(*x);
+                    }
+                }
+                if (const auto* t = find(tk, "timeout")) {
+                    if (auto d = get_duration(*t, "dns.tcp.timeout",
+                                              std::chrono::milliseconds(100),
+                                              std::chrono::minutes(10))) {
+                        p.dns.tcp_timeout = *d;
+                    }
+                }
+            }
+        }
         if (const auto* v = find(keys, "cache_entries")) {
             if (auto c = get_int(*v, "dns.cache_entries", 0, 10'000'000, "a count")) {
                 p.dns.cache_entries = static_cast<std::uint32_t>(*c);

@@ -142,8 +142,18 @@ struct dns_spec {
     /// Query types answered (numbers); everything else is refused. Default: what a client
     /// needs to connect: A, AAAA, CNAME, HTTPS, SVCB.
     std::vector<std::uint16_t> query_types{1, 28, 5, 65, 64};
-    std::uint32_t rate_qps = 100;    ///< per client address: stops a tunnel over DNS
-    std::uint32_t rate_burst = 200;  ///< from running at full speed
+    std::uint32_t rate_qps = 100;    ///< per session (else client address): stops a tunnel
+    std::uint32_t rate_burst = 200;  ///< over DNS from running at full speed
+    /// Upstream lookups in flight: per session (else address), and for all the listener's
+    /// clients per thread (the rest of the resolver's 4096 is the proxy's): names that never
+    /// resolve cannot starve other clients nor the proxy.
+    std::uint32_t inflight_per_client = 64;
+    std::uint32_t inflight_total = 2048;
+    /// DNS over TCP: open connections (at most a quarter of the descriptor limit), per client
+    /// (address, then session), and each connection's whole life: descriptor hoarding.
+    std::uint32_t tcp_max_connections = 256;
+    std::uint32_t tcp_max_per_client = 16;
+    std::chrono::milliseconds tcp_timeout{10'000};
 };
 
 /// The query type named `name` (A, AAAA, CNAME, HTTPS, SVCB, TXT, MX, NS, PTR, SRV, SOA,

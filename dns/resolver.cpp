@@ -27,6 +27,7 @@ namespace {
 namespace net = boost::asio;
 using clock_type = std::chrono::steady_clock;
 using wait_type = net::posix::descriptor_base::wait_type;
+constexpr std::chrono::milliseconds gate_poll{100};
 
 // The text callers see for a c-ares status.
 std::string describe(int status) {
@@ -163,6 +164,10 @@ private:
     std::shared_ptr<char> life_ = std::make_shared<char>();
     hosts_table hosts_;
     std::size_t max_queries_;
+    std::size_t max_relayed_;
+    std::size_t relayed_ = 0;  // async_query lookups in queries_
+    std::function<bool()> gate_;
+    bool upstream_allowed() const { return !gate_ || gate_(); }
     net::steady_timer timer_;
     bool timer_armed_ = false;
     clock_type::time_point timer_deadline_{};
@@ -176,6 +181,8 @@ resolver_impl::resolver_impl(net::io_context& ioc, const resolver_options& opts)
     : ioc_(ioc),
       hosts_(opts.hosts_file.empty() ? hosts_table{} : hosts_table::load(opts.hosts_file)),
       max_queries_(opts.max_queries),
+      max_relayed_(opts.max_relayed),
+      gate_(opts.upstream_allowed),
       timer_(ioc) {
     if (opts.upstream.empty()) {
         return;
@@ -255,6 +262,7 @@ void resolver_impl::destroy_channel() noexcept {
     }
     watches_.clear();
     queries_.clear();
+    relayed_ = 0;
 }
 
 void resolver_impl::async_resolve(std::string name, callback done) {
@@ -281,6 +289,8 @@ void resolver_impl::async_resolve(std::string name, callback done) {
                        config::ip_address::v6({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1})};
     } else if (channel_ == nullptr) {
         r.error = "no upstream";
+    } else if (!upstream_allowed()) {
+        r.error = "cancelled";
     } else if (queries_.size() >= max_queries_) {
         r.error = "too many queries";
     } else {
@@ -318,7 +328,11 @@ void resolver_impl::async_query(std::vector<std::uint8_t> message,
         post_result(std::move(done), raw_result{{}, "no upstream"});
         return;
     }
-    if (queries_.size() >= max_queries_) {
+    if (!upstream_allowed()) {
+        post_result(std::move(done), raw_result{{}, "cancelled"});
+        return;
+    }
+    if (queries_.size() >= max_queries_ || relayed_ >= max_relayed_) {
         post_result(std::move(done), raw_result{{}, "too many queries"});
         return;
     }
@@ -332,6 +346,7 @@ void resolver_impl::async_query(std::vector<std::uint8_t> message,
     q->start = clock_type::now();
     query* arg = q.get();
     queries_.emplace(arg, std::move(q));
+    ++relayed_;
     // May call on_send before returning; the result is only posted, so that is safe.
     ares_send(channel_, message.data(), static_cast<int>(message.size()),
               &resolver_impl::on_send, arg);
@@ -344,6 +359,7 @@ void resolver_impl::on_send(void* arg, int status, int /*timeouts*/, unsigned ch
     resolver_impl* self = q->owner;
     std::function<void(raw_result)> done = std::move(q->raw_done);
     self->queries_.erase(q);
+    --self->relayed_;
     if (!done || self->destroying_) {
         return;
     }
@@ -448,6 +464,12 @@ void resolver_impl::on_ready(const std::shared_ptr<watch>& w, wait_type type,
     if (w->released || ec == net::error::operation_aborted) {
         return;
     }
+    if (!upstream_allowed()) {
+        cancel_all();  // first: what is read below answers no lookup and starts no retry
+        if (w->released) {
+            return;
+        }
+    }
     if (read ? w->want_read : w->want_write) {
         const ares_socket_t fd = w->sd.native_handle();
         ares_process_fd(channel_, read ? fd : ARES_SOCKET_BAD, read ? ARES_SOCKET_BAD : fd);
@@ -468,8 +490,13 @@ void resolver_impl::arm_timer() {
     if (ares_timeout(channel_, nullptr, &tv) == nullptr) {
         return;  // nothing pending; a timer still armed just fires once for nothing
     }
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+    auto wait = std::chrono::ceil<std::chrono::milliseconds>(
         std::chrono::seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec));
+    if (gate_) {
+        // While lookups are pending, look at the gate at least this often: a kill cancels
+        // them within it, not only at their next retry (seconds away).
+        wait = std::min(wait, gate_poll);
+    }
     const auto deadline = clock_type::now() + wait;
     if (timer_armed_ && timer_deadline_ <= deadline) {
         return;  // fires early enough; on_timer() re-arms from ares_timeout
@@ -488,6 +515,9 @@ void resolver_impl::arm_timer() {
 
 void resolver_impl::on_timer() {
     timer_armed_ = false;
+    if (!upstream_allowed()) {
+        cancel_all();  // no retry of a lookup goes out once the gate is closed
+    }
     ares_process_fd(channel_, ARES_SOCKET_BAD, ARES_SOCKET_BAD);  // timeouts and retries
     arm_timer();
 }

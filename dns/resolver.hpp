@@ -47,6 +47,15 @@ struct resolver_options {
     /// Lookups in flight at once; more fail at once with "too many queries" (stops a flood of
     /// distinct names from growing memory and sockets without bound).
     std::size_t max_queries = 4096;
+    /// Of those, at most this many async_query lookups (the DNS listener's clients): the rest
+    /// stays for async_resolve (the proxy's own lookups), whatever the listener's clients ask.
+    std::size_t max_relayed = 2048;
+    /// Asked before every lookup starts, before c-ares gets to run (socket ready, timer) and
+    /// at least every 100 ms while lookups are pending: while it answers false, new lookups
+    /// fail with "cancelled" and the ones in flight are cancelled (within 100 ms) before
+    /// c-ares can send a retry or hand over an answer (the network kill). Called on the
+    /// resolver's thread; empty: always open.
+    std::function<bool()> upstream_allowed;
 };
 
 /// Resolves names asynchronously: hosts file first, then upstream DNS via c-ares

@@ -3,6 +3,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -15,6 +16,7 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <unordered_map>
 
 #include "dns/asio_address.hpp"
@@ -38,44 +40,41 @@ constexpr std::uint32_t max_positive_ttl = 3600;
 constexpr std::uint32_t max_negative_ttl = 300;
 constexpr std::uint32_t hosts_ttl = 60;
 constexpr std::size_t max_rate_clients = 65536;
-constexpr auto tcp_idle = std::chrono::seconds(10);  // slow or idle TCP clients
 
-// The lowest TTL of an answer's records (OPT aside): how long it may be served from cache.
-std::uint32_t cache_ttl(const answer_view& a) {
-    std::uint32_t ttl = UINT32_MAX;
-    for (const auto* section : {&a.answers, &a.authority}) {
-        for (const auto& r : *section) {
-            ttl = std::min(ttl, r.ttl);
-        }
+// How long an answer may be served from cache: the lowest TTL of its records (already
+// clamped by sanitize_answer, so the TTL served and the time cached agree).
+std::uint32_t cache_ttl(const clean_answer& a) {
+    if (a.min_ttl == UINT32_MAX) {
+        return std::min<std::uint32_t>(60, a.negative ? max_negative_ttl : max_positive_ttl);
     }
-    const bool negative = a.answers.empty();
-    if (ttl == UINT32_MAX) {
-        ttl = 60;  // no record to go by (e.g. NODATA without SOA)
-    }
-    return std::min(ttl, negative ? max_negative_ttl : max_positive_ttl);
+    return a.min_ttl;
 }
 
 }  // namespace
 
-// A client address as a map key: its 16 bytes (v4 mapped), no allocation.
-struct address_key {
-    std::array<std::uint8_t, 16> bytes;
-    bool operator==(const address_key&) const = default;
+// Who a budget belongs to: a session (queries carrying a valid session option: the shim's
+// relay sends every sandbox's queries from 127.0.0.1) or else a client address (16 bytes,
+// v4 mapped). No allocation.
+struct client_key {
+    std::array<std::uint8_t, 16> bytes{};
+    std::uint64_t session = 0;  // a hash of the session id; 0: keyed by address
+    bool operator==(const client_key&) const = default;
 };
-struct address_hash {
-    std::size_t operator()(const address_key& k) const noexcept {
+struct client_hash {
+    std::size_t operator()(const client_key& k) const noexcept {
         std::uint64_t lo = 0;
         std::uint64_t hi = 0;
         std::memcpy(&lo, k.bytes.data(), 8);
         std::memcpy(&hi, k.bytes.data() + 8, 8);
-        return std::hash<std::uint64_t>{}(lo ^ (hi * 0x9e3779b97f4a7c15ULL));
+        return std::hash<std::uint64_t>{}(lo ^ (hi * 0x9e3779b97f4a7c15ULL) ^
+                                          (k.session * 0xc2b2ae3d27d4eb4fULL));
     }
 };
 
 struct server::tables {
     struct cache_entry {
-        std::vector<std::uint8_t> answer;
-        std::vector<ttl_field> ttls;  // found once, so a hit does not parse the answer again
+        std::vector<std::uint8_t> answer;  // a clean answer (sanitize_answer)
+        std::vector<ttl_field> ttls;       // its TTL fields, so a hit parses nothing
         steady::time_point stored;
         std::uint32_t ttl = 0;
     };
@@ -84,18 +83,61 @@ struct server::tables {
         steady::time_point last;
     };
     std::mutex mu;  // held only for a map lookup or update, never across I/O
-    std::unordered_map<std::string, cache_entry> cache;  // key: "name/qtype"
+    std::unordered_map<std::string, cache_entry> cache;  // key: "name/qtype/qclass"
     std::deque<std::string> cache_order;  // insertion order, for eviction
-    std::unordered_map<address_key, bucket, address_hash> buckets;
+    std::unordered_map<client_key, bucket, client_hash> buckets;
+    std::unordered_map<client_key, std::uint32_t, client_hash> inflight;  // upstream lookups
+    std::uint32_t tcp_open = 0;
+    std::unordered_map<client_key, std::uint32_t, client_hash> tcp_per_client;
 };
 
 std::shared_ptr<server::tables> server::make_tables() { return std::make_shared<tables>(); }
+
+namespace {
+
+client_key key_of(const config::ip_address& client) { return client_key{client.bytes(), 0}; }
+
+client_key key_of(const config::ip_address& client, const verdict& v) {
+    if (v.session.empty()) {
+        return key_of(client);
+    }
+    const std::uint64_t h = std::hash<std::string_view>{}(v.session);
+    return client_key{{}, h == 0 ? 1 : h};
+}
+
+// Adds one to a count of `counts` (under the tables' mutex) unless it is at `limit`.
+bool take(std::unordered_map<client_key, std::uint32_t, client_hash>& counts,
+          const client_key& k, std::uint32_t limit) {
+    auto [it, fresh] = counts.try_emplace(k, 0);
+    (void)fresh;
+    if (it->second >= limit) {
+        return false;
+    }
+    ++it->second;
+    return true;
+}
+
+void give_back(std::unordered_map<client_key, std::uint32_t, client_hash>& counts,
+               const client_key& k) {
+    if (auto it = counts.find(k); it != counts.end() && --it->second == 0) {
+        counts.erase(it);
+    }
+}
+
+}  // namespace
 
 struct server::impl : std::enable_shared_from_this<server::impl> {
     impl(net::io_context& ioc, resolver& up, policy_hook& h, server_options o,
          std::shared_ptr<tables> t)
         : ex(ioc.get_executor()), upstream(up), hook(h), opts(std::move(o)),
-          shared(std::move(t)), udp_socket(ioc), acceptor(ioc) {}
+          shared(std::move(t)), udp_socket(ioc), acceptor(ioc) {
+        // Never let DNS over TCP take the descriptors the rest of the daemon needs.
+        rlimit rl{};
+        if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+            opts.tcp_max_connections = static_cast<std::uint32_t>(std::min<rlim_t>(
+                opts.tcp_max_connections, std::max<rlim_t>(1, rl.rlim_cur / 4)));
+        }
+    }
 
     net::any_io_executor ex;
     resolver& upstream;
@@ -114,9 +156,19 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                opts.query_types.end();
     }
 
-    // Token bucket per client address: a tunnel over DNS cannot run at full speed.
-    bool within_rate(const config::ip_address& client, steady::time_point now) {
-        const address_key key{client.bytes()};
+    rcode deny_rcode() const {
+        return opts.deny == config::deny_rcode::nxdomain ? rcode::nxdomain : rcode::refused;
+    }
+
+    static void make_cache_key(std::string& out, const question& q) {
+        out.assign(q.name).push_back('/');
+        out.append(std::to_string(q.qtype)).push_back('/');
+        out.append(std::to_string(q.qclass));
+    }
+
+    // Token bucket per session, else per client address: a tunnel over DNS cannot run at
+    // full speed, and one sandbox behind the shim's relay cannot spend another's budget.
+    bool within_rate(const client_key& key, steady::time_point now) {
         std::lock_guard lock(shared->mu);
         auto& buckets = shared->buckets;
         if (buckets.size() >= max_rate_clients && buckets.find(key) == buckets.end()) {
@@ -204,35 +256,60 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         }
     }
 
+    // An upstream lookup slot of one client's budget (max_inflight_per_client), given back
+    // when the lookup ends.
+    struct inflight_slot {
+        std::shared_ptr<tables> t;
+        client_key key;
+        inflight_slot(std::shared_ptr<tables> tables_, const client_key& k)
+            : t(std::move(tables_)), key(k) {}
+        inflight_slot(const inflight_slot&) = delete;
+        inflight_slot& operator=(const inflight_slot&) = delete;
+        ~inflight_slot() {
+            std::lock_guard lock(t->mu);
+            give_back(t->inflight, key);
+        }
+    };
+
     // The part of answering that needs no upstream. Returns true with `out` set (empty:
-    // drop) when the query is settled here; false when it must go upstream.
+    // drop) when the query is settled here; false when it must go upstream: then `key` is
+    // whose in-flight budget the lookup took a slot of (go_upstream gives it back).
     bool answer_now(std::span<const std::uint8_t> packet, const config::ip_address& client,
-                    std::vector<std::uint8_t>& out, bool over_udp = true) {
+                    std::vector<std::uint8_t>& out, client_key& key, bool over_udp = true) {
         const parse_result pr = parse_query(packet);
+        const auto now = steady::now();
         if (pr.status == parse_status::bad) {
+            // Every query takes a token, a malformed one too (its address's: no session is
+            // believed from a message that does not parse), so FORMERR answers and their
+            // audit lines are bounded like denials.
+            if (!within_rate(key_of(client), now)) {
+                hook.rate_limited(client);
+                return true;
+            }
             if (packet.size() >= 12) {
                 if (pr.value.has_question) {
                     note(client, pr.value.q, verdict{false, "bad_request", {}, {}}, pr.error,
-                         false);
+                         false, now);
                 }
                 out = build_error(pr.value, pr.error);
             }
             return true;
         }
         const query& q = pr.value;
-        const auto now = steady::now();
-        if (!within_rate(client, now)) {
+        verdict v = hook.decide(client, q);
+        key = key_of(client, v);
+        if (!within_rate(key, now)) {
             hook.rate_limited(client);
             return true;
         }
-        verdict v = hook.decide(client, q);
-        if (v.allow && !type_served(q.q.qtype)) {
+        // CH, HS, ANY: cordon resolves Internet names only (the fixed reason set has no
+        // class of its own: "qtype" stands for "a question the resolver does not serve").
+        if (v.allow && (q.q.qclass != class_in || !type_served(q.q.qtype))) {
             v.allow = false;
             v.reason = "qtype";
         }
         if (!v.allow) {
-            const rcode rc =
-                opts.deny == config::deny_rcode::nxdomain ? rcode::nxdomain : rcode::refused;
+            const rcode rc = deny_rcode();
             note(client, q.q, v, rc, false, now);
             out = build_error(q, rc);
             return true;
@@ -246,21 +323,29 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             }
         }
         if (out.empty()) {
-            cache_key.assign(q.q.name).push_back('/');
-            cache_key.append(std::to_string(q.q.qtype));
+            make_cache_key(cache_key, q.q);
             std::lock_guard lock(shared->mu);
             if (auto it = shared->cache.find(cache_key); it != shared->cache.end()) {
                 const auto age = static_cast<std::uint32_t>(
                     std::chrono::duration_cast<std::chrono::seconds>(now - it->second.stored)
                         .count());
                 if (age < it->second.ttl) {
-                    age_answer(it->second.answer, it->second.ttls, q.id, age, out);
+                    answer_for(it->second.answer, it->second.ttls, q, age, out);
                     cached = true;
                 }
             }
         }
         if (out.empty()) {
-            return false;
+            bool slot = false;
+            {
+                std::lock_guard lock(shared->mu);
+                slot = take(shared->inflight, key, opts.max_inflight_per_client);
+            }
+            if (slot) {
+                return false;
+            }
+            // This client has as many lookups in flight as it may: not one more.
+            out = build_error(q, rcode::servfail);
         }
         note(client, q.q, v, static_cast<rcode>(out[3] & 0xF), cached, now);
         finish(q, out, over_udp);
@@ -269,8 +354,11 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
     static void finish(const query& q, std::vector<std::uint8_t>& answer, bool over_udp) {
         if (over_udp) {
+            // At most what the client accepts, and never over 1232 bytes (DNS flag day
+            // 2020): a small query with a spoofed source cannot fetch a large answer at
+            // someone else. Larger answers go out truncated (TC) and over TCP.
             const std::size_t limit =
-                q.has_edns ? std::clamp<std::size_t>(q.udp_size, 512, 4096) : 512;
+                q.has_edns ? std::clamp<std::size_t>(q.udp_size, 512, cordon_udp_size) : 512;
             if (answer.size() > limit) {
                 answer = truncate_for_udp(answer, limit);
             }
@@ -282,48 +370,66 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                                                 const config::ip_address& client,
                                                 bool over_udp) {
         std::vector<std::uint8_t> answer;
-        if (answer_now(packet, client, answer, over_udp)) {
+        client_key key;
+        if (answer_now(packet, client, answer, key, over_udp)) {
             co_return answer;
         }
-        co_return co_await go_upstream(packet, client, over_udp);
+        co_return co_await go_upstream(packet, client, key, over_udp);
     }
 
-    // The rest of handle(): a query answer_now() found allowed but not answerable locally.
-    // (Parsed again: cheap, and no state is carried across the suspension; the rate token
-    // was taken by answer_now().)
+    // The rest of handle(): a query answer_now() found allowed but not answerable locally,
+    // holding one slot of `key`'s in-flight budget. (Parsed again: cheap, and no state is
+    // carried across the suspension; the rate token was taken by answer_now().) Decided
+    // again before it goes out and again when the upstream answers: a network kill, a
+    // session kill or a reload in between refuses it, and nothing learnt upstream is given.
     awaitable<std::vector<std::uint8_t>> go_upstream(std::span<const std::uint8_t> packet,
                                                      const config::ip_address& client,
-                                                     bool over_udp) {
+                                                     client_key key, bool over_udp) {
+        const inflight_slot slot(shared, key);
         std::vector<std::uint8_t> answer;
         const query q = parse_query(packet).value;
-        const verdict v = hook.decide(client, q);
-        const std::string key = q.q.name + "/" + std::to_string(q.q.qtype);
+        verdict v = hook.decide(client, q);
+        if (!v.allow) {
+            const rcode rc = deny_rcode();
+            note(client, q.q, v, rc, false);
+            co_return build_error(q, rc);
+        }
+        std::string key_text;
+        make_cache_key(key_text, q.q);
         rcode rc = rcode::noerror;
         // A fresh query: the client's EDNS options (its session token) never go upstream.
         std::vector<std::uint8_t> out =
             build_query(q.q.name, q.q.qtype, static_cast<std::uint16_t>(ids()), true);
         const raw_result r = co_await ask_upstream(std::move(out));
-        std::optional<answer_view> view;
+        std::optional<clean_answer> clean;
         if (r.error.empty()) {
-            view = parse_answer(r.answer);
+            if (const auto view = parse_answer(r.answer); view && answers_question(*view, q.q)) {
+                clean = sanitize_answer(*view, max_positive_ttl, max_negative_ttl);
+            }
         }
-        if (!view || !answers_question(*view, q.q)) {
+        if (clean) {
+            remember(key_text, clean->message, clean->ttls, cache_ttl(*clean));
+        }
+        v = hook.decide(client, q);
+        if (!v.allow) {
+            rc = deny_rcode();
+            answer = build_error(q, rc);
+        } else if (!clean) {
             rc = rcode::servfail;
             answer = build_error(q, rc);
         } else {
-            rc = static_cast<rcode>(view->flags & 0xF);
-            std::vector<ttl_field> ttls = ttl_fields(*view);
-            age_answer(r.answer, ttls, q.id, 0, answer);
-            remember(key, r.answer, std::move(ttls), cache_ttl(*view));
+            answer_for(clean->message, clean->ttls, q, 0, answer);
+            rc = static_cast<rcode>(answer[3] & 0xF);
         }
         note(client, q.q, v, rc, false);
         finish(q, answer, over_udp);
         co_return answer;
     }
 
-    awaitable<void> udp_answer(std::vector<std::uint8_t> packet, udp::endpoint from) {
+    awaitable<void> udp_answer(std::vector<std::uint8_t> packet, udp::endpoint from,
+                               client_key key) {
         const config::ip_address client = to_ip(from.address());
-        std::vector<std::uint8_t> resp = co_await go_upstream(packet, client, true);
+        std::vector<std::uint8_t> resp = co_await go_upstream(packet, client, key, true);
         if (!resp.empty() && udp_socket.is_open()) {
             co_await udp_socket.async_send_to(net::buffer(resp), from, use_nothrow);
         }
@@ -381,9 +487,11 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                         msgs[static_cast<unsigned>(i)].msg_len);
                     std::vector<std::uint8_t>& now = answers[k];
                     now.clear();
-                    if (!answer_now(packet, to_ip(ep.address()), now)) {
+                    client_key key;
+                    if (!answer_now(packet, to_ip(ep.address()), now, key)) {
                         std::vector<std::uint8_t> copy(packet.begin(), packet.end());
-                        net::co_spawn(ex, self->udp_answer(std::move(copy), ep), net::detached);
+                        net::co_spawn(ex, self->udp_answer(std::move(copy), ep, key),
+                                      net::detached);
                         continue;
                     }
                     if (now.empty()) {
@@ -412,17 +520,44 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         }
     }
 
-    awaitable<void> tcp_client(tcp::socket s) {
-        auto self = shared_from_this();
-        error_code ec;
-        const auto remote = s.remote_endpoint(ec);
-        if (ec) {
-            co_return;
+    // One DNS-over-TCP connection's place in the counts (tcp_max_connections, and
+    // tcp_max_per_client of its address, then of its session once a query names one).
+    struct tcp_slot {
+        std::shared_ptr<tables> t;
+        client_key key;
+        tcp_slot(std::shared_ptr<tables> tables_, const client_key& k)
+            : t(std::move(tables_)), key(k) {}
+        tcp_slot(const tcp_slot&) = delete;
+        tcp_slot& operator=(const tcp_slot&) = delete;
+        ~tcp_slot() {
+            std::lock_guard lock(t->mu);
+            give_back(t->tcp_per_client, key);
+            --t->tcp_open;
         }
-        const config::ip_address client = to_ip(remote.address());
+        // Counts the connection as `k`'s instead; false (nothing changed) when `k` is full.
+        bool move_to(const client_key& k, std::uint32_t limit) {
+            if (k == key) {
+                return true;
+            }
+            std::lock_guard lock(t->mu);
+            if (!take(t->tcp_per_client, k, limit)) {
+                return false;
+            }
+            give_back(t->tcp_per_client, key);
+            key = k;
+            return true;
+        }
+    };
+
+    awaitable<void> tcp_client(tcp::socket s, config::ip_address client,
+                               std::shared_ptr<tcp_slot> place) {
+        auto self = shared_from_this();
         std::vector<std::uint8_t> in;
         std::array<std::uint8_t, 4096> chunk{};
-        net::steady_timer timer(ex);
+        // One deadline for the whole connection, never moved: bytes that trickle in do not
+        // keep it open (a drip of one byte every few seconds held descriptors for good).
+        net::steady_timer deadline(ex);
+        deadline.expires_after(opts.tcp_timeout);
         for (;;) {
             const frame_result f = next_tcp_message(in);
             if (f.status == frame_status::bad) {
@@ -432,25 +567,42 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                 const std::vector<std::uint8_t> msg(f.message.begin(), f.message.end());
                 in.erase(in.begin(), in.begin() + static_cast<long>(f.consumed));
                 std::vector<std::uint8_t> resp = co_await handle(msg, client, false);
-                if (resp.empty()) {
-                    continue;
-                }
-                std::vector<std::uint8_t> framed(resp.size() + 2);
-                framed[0] = static_cast<std::uint8_t>(resp.size() >> 8);
-                framed[1] = static_cast<std::uint8_t>(resp.size() & 0xFF);
-                std::copy(resp.begin(), resp.end(), framed.begin() + 2);
-                auto [wec, wn] = co_await net::async_write(s, net::buffer(framed), use_nothrow);
-                (void)wn;
-                if (wec) {
+                if (deadline.expiry() <= steady::now()) {
                     co_return;
+                }
+                // A relayed connection belongs to the session its queries name: each
+                // session has its own share of the per-client count.
+                bool last = false;
+                if (const parse_result pr = parse_query(msg); pr.status == parse_status::good) {
+                    const verdict v = hook.decide(client, pr.value);
+                    last = !place->move_to(key_of(client, v), opts.tcp_max_per_client);
+                }
+                if (!resp.empty()) {
+                    std::vector<std::uint8_t> framed(resp.size() + 2);
+                    framed[0] = static_cast<std::uint8_t>(resp.size() >> 8);
+                    framed[1] = static_cast<std::uint8_t>(resp.size() & 0xFF);
+                    std::copy(resp.begin(), resp.end(), framed.begin() + 2);
+                    auto result =
+                        co_await (net::async_write(s, net::buffer(framed), use_nothrow) ||
+                                  deadline.async_wait(use_nothrow));
+                    if (result.index() == 1) {
+                        co_return;  // a client that does not read its answers
+                    }
+                    auto [wec, wn] = std::get<0>(result);
+                    (void)wn;
+                    if (wec) {
+                        co_return;
+                    }
+                }
+                if (last) {
+                    co_return;  // its session has as many connections as it may
                 }
                 continue;
             }
-            timer.expires_after(tcp_idle);
             auto result = co_await (s.async_read_some(net::buffer(chunk), use_nothrow) ||
-                                    timer.async_wait(use_nothrow));
+                                    deadline.async_wait(use_nothrow));
             if (result.index() == 1) {
-                co_return;  // idle
+                co_return;  // the connection's time is up
             }
             auto [rec, n] = std::get<0>(result);
             if (rec) {
@@ -472,7 +624,30 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                 co_await backoff.async_wait(use_nothrow);
                 continue;
             }
-            net::co_spawn(ex, self->tcp_client(std::move(s)), net::detached);
+            error_code rec;
+            const auto remote = s.remote_endpoint(rec);
+            if (rec) {
+                continue;  // gone already: the socket closes here
+            }
+            const config::ip_address client = to_ip(remote.address());
+            const client_key key = key_of(client);
+            bool admitted = false;
+            {
+                std::lock_guard lock(shared->mu);
+                if (shared->tcp_open < opts.tcp_max_connections &&
+                    take(shared->tcp_per_client, key, opts.tcp_max_per_client)) {
+                    ++shared->tcp_open;
+                    admitted = true;
+                }
+            }
+            if (!admitted) {
+                // Closed at once, so the descriptor is free again at once.
+                hook.tcp_refused(client);
+                continue;
+            }
+            auto place = std::make_shared<tcp_slot>(shared, key);
+            net::co_spawn(ex, self->tcp_client(std::move(s), client, std::move(place)),
+                          net::detached);
         }
     }
 };

@@ -50,8 +50,11 @@ public:
     /// written, asked since it was (the server coalesces floods, see dns/repeats.hpp).
     virtual void audit(const config::ip_address& client, const question& q, const verdict& v,
                        rcode rc, bool cached, std::uint64_t repeats) = 0;
-    /// A query dropped by the per-client rate limit.
+    /// A query dropped by the rate limit (of its session, or of its address).
     virtual void rate_limited(const config::ip_address& client) = 0;
+    /// A DNS-over-TCP connection closed at once because the listener or the client had as
+    /// many as server_options allows.
+    virtual void tcp_refused(const config::ip_address& client) = 0;
 };
 
 struct server_options {
@@ -60,8 +63,22 @@ struct server_options {
     std::uint32_t cache_entries = 10'000;
     std::vector<std::uint16_t> query_types{type_a, type_aaaa, type_cname, type_https,
                                            type_svcb};
+    /// One token bucket per session (queries carrying a valid session option), else per
+    /// client address; every query takes a token, malformed ones included.
     std::uint32_t rate_qps = 100;
     std::uint32_t rate_burst = 200;
+    /// Upstream lookups in flight for one session (else one address): more are answered
+    /// SERVFAIL at once, so names that never resolve cannot hold every slot (each waits for
+    /// the upstream timeout). The listener's total is bounded by the resolver
+    /// (resolver_options::max_relayed), which keeps the rest for the proxy's own lookups.
+    std::uint32_t max_inflight_per_client = 64;
+    /// DNS over TCP: connections open at once (all threads; at most a quarter of the soft
+    /// descriptor limit, whatever is configured), per client address (a connection moves
+    /// to its session's count once a query names one), and the whole life of a connection,
+    /// not restarted by traffic: a client dripping bytes cannot hold descriptors.
+    std::uint32_t tcp_max_connections = 256;
+    std::uint32_t tcp_max_per_client = 16;
+    std::chrono::milliseconds tcp_timeout{10'000};
     /// Identical audit lines within this window are written once plus a count (0: every
     /// query gets its own line).
     std::chrono::milliseconds audit_window{1000};
@@ -87,9 +104,9 @@ private:
 /// io_context, using that io_context's resolver. Not thread-safe: everything runs there.
 class server {
 public:
-    /// The answer cache and the per-client rate buckets, shared (under a mutex) by the
-    /// servers of every thread, so a client's limit and a cached answer do not depend on
-    /// which thread the kernel handed its packet to.
+    /// The answer cache, the rate buckets and the in-flight and TCP counts, shared (under a
+    /// mutex) by the servers of every thread, so a client's limits and a cached answer do
+    /// not depend on which thread the kernel handed its packet to.
     struct tables;
     static std::shared_ptr<tables> make_tables();
 

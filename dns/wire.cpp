@@ -1,5 +1,6 @@
 #include "dns/wire.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -46,17 +47,22 @@ bool host_byte(std::uint8_t c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
-/// Marks the bytes of a message that hold fixed fields (question type and class, record
-/// type, class, TTL, length): a compression pointer that leads a name into them is refused,
-/// so no name can be made of bytes that rewrite_answer changes (the TTLs).
-using field_map = std::vector<bool>;
+/// The layout of an upstream answer as far as it was walked: which bytes hold fixed fields
+/// (question type and class, record type, class, TTL, length) and which are the label starts
+/// of names read so far. A compression pointer must land on such a label start (RFC 1035
+/// §4.1.4: a pointer replaces a name's tail by an earlier occurrence of it), so a name is only
+/// ever made of the bytes of earlier names, never of bytes that rewrite_answer changes (the
+/// TTLs) nor of any record's data that is not a name.
+using field_map = std::vector<std::uint8_t>;
+constexpr std::uint8_t fixed_byte = 1;
+constexpr std::uint8_t label_start = 2;
 
 bool in_fixed(const field_map* fixed, std::size_t from, std::size_t to) {
     if (fixed == nullptr) {
         return false;
     }
     for (std::size_t i = from; i < to; ++i) {
-        if ((*fixed)[i]) {
+        if (((*fixed)[i] & fixed_byte) != 0) {
             return true;
         }
     }
@@ -66,7 +72,7 @@ bool in_fixed(const field_map* fixed, std::size_t from, std::size_t to) {
 void mark_fixed(field_map* fixed, std::size_t from, std::size_t to) {
     if (fixed != nullptr) {
         for (std::size_t i = from; i < to; ++i) {
-            (*fixed)[i] = true;
+            (*fixed)[i] |= fixed_byte;
         }
     }
 }
@@ -74,7 +80,7 @@ void mark_fixed(field_map* fixed, std::size_t from, std::size_t to) {
 /// Reads the name at `pos` (following compression pointers) into `out`; on success `pos` is
 /// just past the name where it started. On failure returns the reason, else nullptr.
 const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& out,
-                      const field_map* fixed = nullptr) {
+                      field_map* fixed = nullptr) {
     out.clear();
     std::size_t p = pos;
     std::size_t limit = pos;  // every pointer must go strictly below this, then lowers it
@@ -112,6 +118,12 @@ const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& ou
             if (target >= limit) {
                 return "compression pointer forward or looping";
             }
+            if (fixed != nullptr) {
+                if (((*fixed)[target] & label_start) == 0) {
+                    return "compression pointer not to a label of an earlier name";
+                }
+                (*fixed)[p] |= label_start;  // a name may also point at a pointer
+            }
             limit = target;
             p = target;
             continue;
@@ -121,6 +133,9 @@ const char* read_name(bytes m, std::size_t& pos, name_mode mode, std::string& ou
         }
         if (in_fixed(fixed, p, p + 1)) {
             return "compression pointer into a record's fixed fields";
+        }
+        if (fixed != nullptr) {
+            (*fixed)[p] |= label_start;
         }
         if (len == 0) {
             if (!jumped) {
@@ -299,6 +314,14 @@ parse_result parse_query(bytes packet) {
     }
     q.qtype = get16(packet, pos);
     q.qclass = get16(packet, pos + 2);
+    // The name as asked, case kept (0x20): a question name is never compressed (a pointer
+    // would have to go into the header), so its labels are the bytes from 12 on.
+    for (std::size_t p = header_size; packet[p] != 0; p += 1 + std::size_t{packet[p]}) {
+        if (p != header_size) {
+            r.value.asked.push_back('.');
+        }
+        r.value.asked.append(reinterpret_cast<const char*>(packet.data() + p + 1), packet[p]);
+    }
     pos += 4;
     r.value.q = std::move(q);
     r.value.has_question = true;
@@ -341,7 +364,8 @@ std::vector<std::uint8_t> build_error(const query& q, rcode rc) {
     }
     std::vector<std::uint8_t> question_bytes;
     bool has_q = false;
-    if (q.has_question && encode_name(q.q.name, question_bytes)) {
+    if (q.has_question && encode_name(q.asked.size() == q.q.name.size() ? q.asked : q.q.name,
+                                      question_bytes)) {
         put16(question_bytes, q.q.qtype);
         put16(question_bytes, q.q.qclass);
         has_q = true;
@@ -457,13 +481,13 @@ std::optional<answer_view> parse_answer(bytes msg) {
         return std::nullopt;
     }
     std::size_t pos = header_size;
-    if (read_name(msg, pos, name_mode::escaped, a.q.name) != nullptr ||
+    field_map fixed(msg.size());
+    if (read_name(msg, pos, name_mode::escaped, a.q.name, &fixed) != nullptr ||
         msg.size() - pos < 4) {
         return std::nullopt;
     }
     a.q.qtype = get16(msg, pos);
     a.q.qclass = get16(msg, pos + 2);
-    field_map fixed(msg.size());
     mark_fixed(&fixed, pos, pos + 4);
     pos += 4;
     // A record takes at least 11 bytes (root name, fixed part): counts that promise more
@@ -503,6 +527,26 @@ std::optional<answer_view> parse_answer(bytes msg) {
                     std::size_t p = rr.rdata_offset;
                     if (read_name(msg, p, name_mode::escaped, rec.target, &fixed) != nullptr ||
                         p != rr.rdata_offset + rr.rdlength) {
+                        return std::nullopt;
+                    }
+                    break;
+                }
+                case type_mx: {
+                    // Names in MX and SOA data may be compressed, and later names may point
+                    // into them: read them, so their labels count as earlier names.
+                    std::size_t p = rr.rdata_offset + 2;
+                    if (rr.rdlength < 3 ||
+                        read_name(msg, p, name_mode::escaped, rec.target, &fixed) != nullptr ||
+                        p != rr.rdata_offset + rr.rdlength) {
+                        return std::nullopt;
+                    }
+                    break;
+                }
+                case type_soa: {
+                    std::size_t p = rr.rdata_offset;
+                    if (read_name(msg, p, name_mode::escaped, rec.target, &fixed) != nullptr ||
+                        read_name(msg, p, name_mode::escaped, rec.target2, &fixed) != nullptr ||
+                        p + 20 != rr.rdata_offset + rr.rdlength) {
                         return std::nullopt;
                     }
                     break;
@@ -560,6 +604,255 @@ std::vector<std::uint8_t> rewrite_answer(bytes msg, std::uint16_t id, std::uint3
     std::vector<std::uint8_t> out;
     age_answer(msg, ttl_fields(*a), id, age_seconds, out);
     return out;
+}
+
+namespace {
+
+/// Appends a name decoded by read_name (escaped mode: labels joined by '.', other bytes as
+/// \DDD) in wire form, uncompressed. False for a name that does not encode.
+bool encode_escaped(std::string_view text, std::vector<std::uint8_t>& out) {
+    std::vector<std::uint8_t> enc;
+    std::vector<std::uint8_t> label;
+    const auto end_label = [&enc, &label]() {
+        if (label.empty() || label.size() > max_label_octets) {
+            return false;
+        }
+        enc.push_back(static_cast<std::uint8_t>(label.size()));
+        enc.insert(enc.end(), label.begin(), label.end());
+        label.clear();
+        return enc.size() + 1 <= max_name_octets;
+    };
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '.') {
+            if (!end_label()) {
+                return false;
+            }
+        } else if (c == '\\') {
+            if (text.size() - i < 4) {
+                return false;
+            }
+            unsigned v = 0;
+            for (std::size_t k = 1; k <= 3; ++k) {
+                const char d = text[i + k];
+                if (d < '0' || d > '9') {
+                    return false;
+                }
+                v = v * 10 + static_cast<unsigned>(d - '0');
+            }
+            if (v > 255) {
+                return false;
+            }
+            label.push_back(static_cast<std::uint8_t>(v));
+            i += 3;
+        } else {
+            label.push_back(static_cast<std::uint8_t>(c));
+        }
+    }
+    if (!text.empty() && !end_label()) {
+        return false;
+    }
+    enc.push_back(0);
+    out.insert(out.end(), enc.begin(), enc.end());
+    return true;
+}
+
+/// Whether `name` is `zone` or below it (both decoded as by read_name; "" is the root).
+bool at_or_below(std::string_view name, std::string_view zone) {
+    if (zone.empty() || name == zone) {
+        return true;
+    }
+    return name.size() > zone.size() && name.ends_with(zone) &&
+           name[name.size() - zone.size() - 1] == '.';
+}
+
+// RFC 1035 types whose data holds compressed names cordon does not decode (obsolete mail
+// types): dropped, since their pointers would point into the old message.
+bool undecoded_names(std::uint16_t type) {
+    return type == 3 || type == 4 || type == 7 || type == 8 || type == 9 || type == 14;
+}
+
+}  // namespace
+
+std::optional<clean_answer> sanitize_answer(const answer_view& a, std::uint32_t max_ttl,
+                                            std::uint32_t max_negative_ttl) {
+    if (opcode_of(a.flags) != 0 || (a.flags & flag_tc) != 0) {
+        return std::nullopt;
+    }
+    for (const record& r : a.additional) {
+        if (r.type == type_opt && (r.ttl >> 24) != 0) {
+            return std::nullopt;  // an extended rcode cordon does not relay
+        }
+    }
+    // The answer section: the records of the question's name and of the CNAME chain that
+    // starts there, of the asked type or CNAME, class as asked. Chains may come in any
+    // order, so it is walked again while it grows (bounded: a chain longer than 16 ends).
+    const std::vector<record>& an = a.answers;
+    std::vector<bool> keep(an.size(), false);
+    std::vector<std::size_t> taken;  // in chain order: the question's records first
+    std::vector<std::string> chain{a.q.name};
+    bool found = false;  // a record of the asked type
+    for (int pass = 0; pass < 16; ++pass) {
+        bool grew = false;
+        for (std::size_t i = 0; i < an.size(); ++i) {
+            const record& r = an[i];
+            if (keep[i] || r.rclass != a.q.qclass ||
+                (r.type != a.q.qtype && r.type != type_cname) ||
+                std::find(chain.begin(), chain.end(), r.name) == chain.end()) {
+                continue;
+            }
+            keep[i] = true;
+            taken.push_back(i);
+            if (r.type == a.q.qtype) {
+                found = true;
+            }
+            if (r.type == type_cname && a.q.qtype != type_cname &&
+                std::find(chain.begin(), chain.end(), r.target) == chain.end()) {
+                chain.push_back(r.target);
+                grew = true;
+            }
+        }
+        if (!grew) {
+            break;
+        }
+    }
+    const bool negative = !found;
+    const std::uint32_t cap = negative ? max_negative_ttl : max_ttl;
+
+    clean_answer out;
+    std::vector<std::uint8_t>& m = out.message;
+    put16(m, a.id);
+    put16(m, static_cast<std::uint16_t>(flag_qr | flag_rd | flag_ra | (a.flags & 0xFu)));
+    put16(m, 1);
+    put16(m, 0);
+    put16(m, 0);
+    put16(m, 0);
+    if (!encode_escaped(a.q.name, m)) {
+        return std::nullopt;
+    }
+    put16(m, a.q.qtype);
+    put16(m, a.q.qclass);
+    const auto put_name = [&m, &a](const std::string& name) {
+        if (name == a.q.name) {
+            put16(m, 0xC00C);  // the question's name
+            return true;
+        }
+        return encode_escaped(name, m);
+    };
+    const auto put_record = [&](const record& r) {
+        if (undecoded_names(r.type)) {
+            return true;  // dropped
+        }
+        if (!put_name(r.name)) {
+            return false;
+        }
+        put16(m, r.type);
+        put16(m, r.rclass);
+        const std::uint32_t ttl = std::min(r.ttl > 0x7FFFFFFFu ? 0u : r.ttl, cap);
+        out.ttls.push_back(ttl_field{static_cast<std::uint32_t>(m.size()), ttl});
+        out.min_ttl = std::min(out.min_ttl, ttl);
+        put32(m, ttl);
+        const std::size_t len_at = m.size();
+        put16(m, 0);
+        switch (r.type) {
+            case type_cname:
+            case type_ns:
+            case type_ptr:
+                if (!put_name(r.target)) {
+                    return false;
+                }
+                break;
+            case type_mx:
+                m.insert(m.end(), r.rdata.begin(), r.rdata.begin() + 2);
+                if (!put_name(r.target)) {
+                    return false;
+                }
+                break;
+            case type_soa:
+                if (!put_name(r.target) || !put_name(r.target2)) {
+                    return false;
+                }
+                m.insert(m.end(), r.rdata.end() - 20, r.rdata.end());
+                break;
+            default:
+                m.insert(m.end(), r.rdata.begin(), r.rdata.end());
+                break;
+        }
+        const std::size_t len = m.size() - len_at - 2;
+        // Room left for the OPT answer_for adds (11 bytes): a served answer fits a message.
+        if (len > 0xFFFF || m.size() > max_message_size - 11) {
+            return false;
+        }
+        set16(m, len_at, static_cast<std::uint16_t>(len));
+        return true;
+    };
+    std::uint16_t ancount = 0;
+    for (const std::size_t i : taken) {
+        if (!undecoded_names(an[i].type)) {
+            if (!put_record(an[i])) {
+                return std::nullopt;
+            }
+            ++ancount;
+        }
+    }
+    // The authority section only for a negative answer (NXDOMAIN, or no record of the type):
+    // the SOA of a zone holding the name (or the chain's end), which says how long the
+    // answer may be cached. NS records and everything else are left out.
+    std::uint16_t nscount = 0;
+    if (negative) {
+        for (const record& r : a.authority) {
+            if (r.type != type_soa || r.rclass != a.q.qclass ||
+                !at_or_below(chain.back(), r.name)) {
+                continue;
+            }
+            if (!put_record(r)) {
+                return std::nullopt;
+            }
+            ++nscount;
+        }
+    }
+    // The additional section is left out whole: glue and "helpful" extra records are names
+    // the client never asked for (the OPT is added per client).
+    set16(m, 6, ancount);
+    set16(m, 8, nscount);
+    out.negative = negative;
+    return out;
+}
+
+void answer_for(bytes clean, std::span<const ttl_field> ttls, const query& q,
+                std::uint32_t age_seconds, std::vector<std::uint8_t>& out) {
+    age_answer(clean, ttls, q.id, age_seconds, out);
+    if (out.size() < header_size) {
+        return;
+    }
+    const std::uint16_t flags = get16(out, 2);
+    set16(out, 2,
+          static_cast<std::uint16_t>((flags & ~(flag_rd | flag_cd)) |
+                                     (q.flags & (flag_rd | flag_cd))));
+    // The question name as asked (0x20): same labels, so the same length; only the case of
+    // letters differs.
+    std::vector<std::uint8_t> asked;
+    if (q.asked.size() == q.q.name.size() && encode_name(q.asked, asked) &&
+        out.size() >= header_size + asked.size()) {
+        bool same = true;
+        for (std::size_t i = 0; i < asked.size() && same; ++i) {
+            const auto lower = [](std::uint8_t c) {
+                return c >= 'A' && c <= 'Z' ? static_cast<std::uint8_t>(c - 'A' + 'a') : c;
+            };
+            same = lower(asked[i]) == lower(out[header_size + i]);
+        }
+        if (same) {
+            std::copy(asked.begin(), asked.end(), out.begin() + header_size);
+        }
+    }
+    if (q.has_edns) {
+        out.push_back(0);
+        put16(out, type_opt);
+        put16(out, cordon_udp_size);
+        put32(out, q.do_bit ? 0x8000u : 0u);
+        put16(out, 0);
+        set16(out, 10, static_cast<std::uint16_t>(get16(out, 10) + 1));
+    }
 }
 
 std::vector<std::uint8_t> truncate_for_udp(bytes msg, std::size_t limit) {

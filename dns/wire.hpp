@@ -75,6 +75,10 @@ struct query {
     std::uint16_t id = 0;
     std::uint16_t flags = 0;  ///< raw header flags word
     question q;               ///< exactly one question is required (qdcount == 1)
+    /// The question name as the client wrote it (case kept, no trailing dot): answers echo
+    /// it byte for byte (clients that randomise case, "0x20", check it). q.name is its
+    /// lower-case form, for every decision.
+    std::string asked;
     /// False only in a refused parse that stopped before a valid question: build_error then
     /// answers with qdcount 0.
     bool has_question = true;
@@ -143,7 +147,9 @@ struct record {
     std::uint32_t ttl = 0;
     std::span<const std::uint8_t> rdata;
     std::size_t ttl_offset = 0;  ///< byte offset of the TTL field in the message
-    std::string target;          ///< CNAME, NS, PTR: the name in rdata, decoded as `name`
+    std::string target;  ///< CNAME, NS, PTR, MX (exchange), SOA (mname): the name in rdata,
+                         ///< decoded as `name`
+    std::string target2;  ///< SOA: rname
 };
 
 /// An upstream answer walked by parse_answer. Record spans point into the message.
@@ -158,7 +164,11 @@ struct answer_view {
 /// 65535 bytes, QR clear, qdcount != 1, any name or record refused as in parse_query (names
 /// may hold any byte, see record::name), counts that promise more records than there are
 /// bytes, trailing bytes, A rdata not 4 bytes, AAAA not 16, CNAME/NS/PTR rdata that is not
-/// exactly one name, OPT outside the additional section, not at the root, or more than once.
+/// exactly one name (MX: a preference and one name; SOA: two names and 20 bytes), OPT outside
+/// the additional section, not at the root, or more than once, and a compression pointer
+/// that does not land on the start of a label of a name read before it (the question's,
+/// an owner's, or one in the data of the types above): so a name is never made of a
+/// record's fixed fields (a TTL rewrite_answer ages) or of other data.
 std::optional<answer_view> parse_answer(std::span<const std::uint8_t> msg);
 
 /// Whether `a` answers `q`: same name (both are lower-case), type and class.
@@ -183,6 +193,39 @@ std::vector<ttl_field> ttl_fields(const answer_view& a);
 /// 0). `out`'s capacity is reused.
 void age_answer(std::span<const std::uint8_t> msg, std::span<const ttl_field> fields,
                 std::uint16_t id, std::uint32_t age_seconds, std::vector<std::uint8_t>& out);
+
+/// An upstream answer rebuilt for relaying (sanitize_answer): a message cordon wrote itself.
+struct clean_answer {
+    std::vector<std::uint8_t> message;
+    std::vector<ttl_field> ttls;      ///< every TTL field of `message`
+    std::uint32_t min_ttl = UINT32_MAX;  ///< the lowest of them; UINT32_MAX when none
+    bool negative = false;  ///< no record of the asked type (NXDOMAIN or NODATA)
+};
+
+/// Rebuilds a walked upstream answer into the message cordon relays, instead of the
+/// upstream's bytes:
+/// - answer section: only the records of the question's name and of the CNAME chain that
+///   starts there (any order, at most 16 links), of the asked type or CNAME and the asked
+///   class; authority section: only for a negative answer, the SOA of a zone at or above the
+///   chain's last name; additional section: nothing (the OPT is added per client by
+///   answer_for). Out-of-bailiwick records (other names, glue, NS) never reach a client;
+/// - names written whole (the question's name as a pointer to it), so no compression
+///   pointer of the upstream's survives and aging TTLs can never change a name; records of
+///   the obsolete types with compressed names cordon does not decode (MD, MF, MB, MG, MR,
+///   MINFO) are dropped;
+/// - each TTL with the top bit set becomes 0 (RFC 2181 §8), then at most `max_ttl`
+///   (`max_negative_ttl` for a negative answer): the TTL served is the one cached;
+/// - header: the upstream's id and rcode, QR RD RA set, nothing else (no AA, AD).
+/// nullopt when the answer cannot be relayed: an opcode other than QUERY, TC set, an
+/// extended rcode, or a rebuilt message over 65524 bytes (65535 less an OPT record).
+std::optional<clean_answer> sanitize_answer(const answer_view& a, std::uint32_t max_ttl,
+                                            std::uint32_t max_negative_ttl);
+
+/// A clean answer (sanitize_answer) made the answer to `q`: q's id, RD and CD; the question
+/// name written as q asked it (case kept); TTLs lowered by `age_seconds`; and, if q had
+/// EDNS, an OPT (udp_size 1232, DO copied, no options). `out`'s capacity is reused.
+void answer_for(std::span<const std::uint8_t> clean, std::span<const ttl_field> ttls,
+                const query& q, std::uint32_t age_seconds, std::vector<std::uint8_t>& out);
 
 /// Truncation for UDP: if `msg` fits in `limit` it is returned unchanged; else the header and
 /// question only, TC set and counts fixed, plus the message's OPT record when it parses and

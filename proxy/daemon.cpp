@@ -260,6 +260,7 @@ int run_daemon(const daemon_options& opts) {
     }
     dns::resolver_options ropts;
     ropts.upstream = pol.dns.upstream;
+    ropts.max_relayed = pol.dns.inflight_total;
     const config::endpoint proxy_ep = pol.listen.proxy;
     const std::optional<config::endpoint> admin_ep = pol.listen.admin;
     const std::optional<config::endpoint> dns_ep = pol.listen.dns;
@@ -271,12 +272,21 @@ int run_daemon(const daemon_options& opts) {
         dopts.query_types = pol.dns.query_types;
         dopts.rate_qps = pol.dns.rate_qps;
         dopts.rate_burst = pol.dns.rate_burst;
+        dopts.max_inflight_per_client = pol.dns.inflight_per_client;
+        dopts.tcp_max_connections = pol.dns.tcp_max_connections;
+        dopts.tcp_max_per_client = pol.dns.tcp_max_per_client;
+        dopts.tcp_timeout = pol.dns.tcp_timeout;
     }
     const std::string source = pol.source;
     const std::string pol_audit_path = pol.audit.path;
 
     const std::string state_dir = pol.state.path;
     runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
+    // A network kill closes the resolvers' gate: lookups in flight (the proxy's and the DNS
+    // listener's) are cancelled before c-ares can send a retry or hand over an answer.
+    ropts.upstream_allowed = [&rt] {
+        return !rt.network_killed.load(std::memory_order_acquire);
+    };
     rt.audit_log_ = std::move(audit);
 
     // Durable state: kills, sessions, token hashes, revocations. If it cannot be read, start

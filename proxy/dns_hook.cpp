@@ -147,4 +147,6 @@ void dns_hook::audit(const config::ip_address& client, const dns::question& q,
 
 void dns_hook::rate_limited(const config::ip_address&) { rt_.stats.count_dns_rate_limited(); }
 
+void dns_hook::tcp_refused(const config::ip_address&) { rt_.stats.count_dns_tcp_refused(); }
+
 }  // namespace cordon::proxy

@@ -18,6 +18,7 @@ public:
     void audit(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
                dns::rcode rc, bool cached, std::uint64_t repeats) override;
     void rate_limited(const config::ip_address& client) override;
+    void tcp_refused(const config::ip_address& client) override;
 
 private:
     runtime& rt_;

@@ -99,7 +99,14 @@ struct metrics::impl {
     prometheus::Counter& dns_rate_limited =
         prometheus::BuildCounter()
             .Name("cordon_dns_rate_limited_total")
-            .Help("DNS queries dropped by the per-client rate limit")
+            .Help("DNS queries dropped by the rate limit (per session, else per address)")
+            .Register(*registry)
+            .Add({});
+    prometheus::Counter& dns_tcp_refused =
+        prometheus::BuildCounter()
+            .Name("cordon_dns_tcp_refused_total")
+            .Help("DNS-over-TCP connections closed at once: the listener's or the client's "
+                  "connection limit (dns.tcp) was reached")
             .Register(*registry)
             .Add({});
     prometheus::Histogram& kill_duration =
@@ -333,6 +340,7 @@ void metrics::count_dns_would_deny(const std::string& job_name, std::uint64_t n)
 }
 
 void metrics::count_dns_rate_limited() { impl_->dns_rate_limited.Increment(); }
+void metrics::count_dns_tcp_refused() { impl_->dns_tcp_refused.Increment(); }
 
 void metrics::set_kill_switch_engaged(bool engaged) {
     impl_->kill_switch_engaged.Set(engaged ? 1 : 0);

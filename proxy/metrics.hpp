@@ -96,6 +96,7 @@ public:
     /// (cordon_dns_queries_total{decision="would_deny"}).
     void count_dns_would_deny(const std::string& job, std::uint64_t n = 1);
     void count_dns_rate_limited();
+    void count_dns_tcp_refused();
     void count_kill(kill_scope scope, double seconds);
 
     /// Jobs with active tunnels now, and how many (for GET /v1/status).

@@ -49,9 +49,56 @@ PROXY_OPTS = {"header_timeout": "5s", "idle_timeout": "60s", "handshake_timeout"
 DROP_WAIT = 0.5   # seconds a test waits for an answer that should not come
 
 
+class LyingDNS(H.FakeDNS):
+    """harness.FakeDNS, plus upstream misbehaviour chosen by the first label's prefix of a
+    name (all under *.wild.test, so job web may ask them; every query is still logged):
+      hole-*    never answered (a name whose lookups wait for the upstream timeout);
+      once-*    the first query is not answered, the later ones are (c-ares' retry);
+      lie-*     A 127.0.0.3 plus records for names never asked: 6.6.6.6 for
+                evil.attacker.test in the answer, NS and glue in authority and additional;
+      ttlmax-*  A 127.0.0.3 with TTL 0xFFFFFFFF;
+      big-*     100 A records (about 1.6 KB: over 1232, truncated over UDP)."""
+
+    def _answer(self, q, transport="udp"):
+        resp = super()._answer(q, transport)
+        if resp is None or len(q) < 14:
+            return resp
+        first = q[13:13 + q[12]].decode("ascii", "replace").lower()
+        name, qtype = self.log[-1]["name"], self.log[-1]["qtype"]
+        if first.startswith("hole-"):
+            return None
+        if first.startswith("once-"):
+            return None if len(self.queries_for(name)) == 1 else resp
+        if not first.startswith(("lie-", "ttlmax-", "big-")):
+            return resp
+        qid, flags = struct.unpack("!HH", q[:4])
+        question = q[12:12 + len(enc_name(name)) + 4]
+        ttl = 0xFFFFFFFF if first.startswith("ttlmax-") else self.ttl
+        count = 100 if first.startswith("big-") else 1
+        an = []
+        if qtype == T_A:
+            an = [b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, ttl, 4)
+                  + bytes([127, 0, i // 250, i % 250 + 3]) for i in range(count)]
+        ns, ar = [], []
+        if first.startswith("lie-") and qtype == T_A:
+            an.append(enc_name("evil.attacker.test") + struct.pack("!HHIH", 1, 1, 86400, 4)
+                      + bytes([6, 6, 6, 6]))
+            target = enc_name("ns.attacker.test")
+            ns.append(enc_name("wild.test") + struct.pack("!HHIH", 2, 1, 86400, len(target))
+                      + target)
+            ar.append(enc_name("ns.attacker.test") + struct.pack("!HHIH", 1, 1, 86400, 4)
+                      + bytes([6, 6, 6, 7]))
+        rflags = 0x8000 | 0x0400 | (flags & 0x0100) | 0x0080
+        resp = (struct.pack("!HHHHHH", qid, rflags, 1, len(an), len(ns), len(ar)) + question
+                + b"".join(an + ns + ar))
+        if transport == "udp" and len(resp) > 1232:
+            resp = struct.pack("!HHHHHH", qid, rflags | 0x0200, 1, 0, 0, 0) + question
+        return resp
+
+
 def setUpModule():
     global UP
-    UP = H.FakeDNS({
+    UP = LyingDNS({
         "a.test": {"A": ["127.0.0.1"], "AAAA": ["::1"]},
         "alias.test": {"CNAME": "a.test"},
         "big.test": {"A": [f"127.0.{i // 250}.{i % 250 + 1}" for i in range(BIG_COUNT)]},
@@ -327,9 +374,14 @@ class DnsCase(unittest.TestCase):
         return "  default_job: web\n  rate_limit: { qps: 10000, burst: 10000 }\n"
 
     @classmethod
+    def binary(cls):
+        return None  # harness default (CORDON_BIN)
+
+    @classmethod
     def setUpClass(cls):
         cls.cordon = H.Cordon(jobs_yaml(cls.LAB_SOURCES), UP.port, PROXY_OPTS,
-                              listen_dns="127.0.0.1:0", dns_yaml=cls.dns_yaml())
+                              listen_dns="127.0.0.1:0", dns_yaml=cls.dns_yaml(),
+                              binary=cls.binary())
         try:
             cls.cordon.start()
             if cls.cordon.dns_addr is None:
@@ -1200,6 +1252,414 @@ class RateLimitTest(DnsCase):
                              f"{answered} of 50 queries from 127.0.0.3 (50 source ports, sent "
                              f"in {sent_in * 1000:.0f} ms) answered; burst 5 + 5/s allows "
                              f"{bound}: the limit is not per client address")
+
+
+# --------------------------------------------------------------------------------------
+# Issue 18: budgets that keep one client (or a lying upstream) from taking the resolver
+# --------------------------------------------------------------------------------------
+
+def tcp_connect(addr, src, timeout=2.0):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((src, 0))
+    s.settimeout(timeout)
+    s.connect(addr)
+    return s
+
+
+def closed_by_peer(s, wait):
+    """True when the peer closes (EOF or reset) within `wait` seconds."""
+    s.settimeout(wait)
+    try:
+        return s.recv(65536) == b""
+    except socket.timeout:
+        return False
+    except ConnectionError:
+        return True
+
+
+class TcpLimitTest(DnsCase):
+    """dns.tcp: at most 6 connections, 2 per client, 1.5 s each whatever flows."""
+
+    @classmethod
+    def dns_yaml(cls):
+        return ("  default_job: web\n  rate_limit: { qps: 10000, burst: 10000 }\n"
+                "  tcp: { max_connections: 6, max_per_client: 2, timeout: 1500ms }\n")
+
+    def tearDown(self):
+        time.sleep(0.2)  # this test's connections are gone before the next one counts
+        super().tearDown()
+
+    def test_per_client_cap(self):
+        socks = [tcp_connect(self.addr, "127.0.0.21") for _ in range(4)]
+        try:
+            extra = [closed_by_peer(s, 0.5) for s in socks[2:]]
+            self.assertEqual(extra, [True, True],
+                             "connections over dns.tcp.max_per_client (2) were kept open")
+            self.assertFalse(closed_by_peer(socks[0], 0.2), "the first connection was closed")
+            q = build_query("a.test", T_A, qid=0x7C01)
+            socks[0].sendall(struct.pack("!H", len(q)) + q)
+            m = TcpReader(socks[0]).message(2)
+            self.assertIsNotNone(m, "a connection within the cap was not answered")
+            self.assertEqual(parse_msg(m)["id"], 0x7C01)
+            other = tcp_connect(self.addr, "127.0.0.22")
+            try:
+                self.assertFalse(closed_by_peer(other, 0.2),
+                                 "another client was refused: the cap is not per client")
+            finally:
+                other.close()
+        finally:
+            for s in socks:
+                s.close()
+        self.assertIn("cordon_dns_tcp_refused_total", self.metrics())
+
+    def test_listener_cap(self):
+        socks = []
+        try:
+            for src in ("127.0.0.23", "127.0.0.24", "127.0.0.25"):
+                socks += [tcp_connect(self.addr, src) for _ in range(2)]
+            self.assertFalse(any(closed_by_peer(s, 0.05) for s in socks),
+                             "a connection within both caps was closed")
+            late = tcp_connect(self.addr, "127.0.0.26")
+            try:
+                self.assertTrue(closed_by_peer(late, 0.5),
+                                "a 7th connection was kept with dns.tcp.max_connections 6")
+            finally:
+                late.close()
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_relayed_connections_count_per_session(self):
+        # The shim's relay connects from 127.0.0.1 for every sandbox: once a connection's
+        # query names a session, it counts against that session's cap, not the address's.
+        sessions = [self.cordon.create_session("web") for _ in range(3)]
+
+        def ask(s, session, qid):
+            q = build_query("a.test", T_A, qid=qid, edns=1232,
+                            options=[(SESSION_OPTION, session_opt(session))])
+            s.sendall(struct.pack("!H", len(q)) + q)
+            return TcpReader(s).message(2)
+
+        socks = []
+        try:
+            for i, sess in enumerate(sessions):  # 3 sessions, one address, cap 2 each
+                s = tcp_connect(self.addr, "127.0.0.29")
+                socks.append(s)
+                self.assertIsNotNone(ask(s, sess, 0x7E00 + i), f"session {i} not answered")
+            self.assertFalse(any(closed_by_peer(s, 0.05) for s in socks),
+                             "a session's first connection was closed: counted per address")
+            extra = []
+            for i in range(2):  # the first session's 2nd and 3rd connections
+                s = tcp_connect(self.addr, "127.0.0.29")
+                extra.append(s)
+                self.assertIsNotNone(ask(s, sessions[0], 0x7E10 + i), "not answered")
+            self.assertFalse(closed_by_peer(extra[0], 0.2), "a session's 2nd connection closed")
+            self.assertTrue(closed_by_peer(extra[1], 0.5),
+                            "a session's 3rd connection kept with max_per_client 2")
+            socks += extra
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_drip_fed_connection_closed_at_the_deadline(self):
+        # One byte every 0.25 s: each byte used to restart a 10 s idle timer, so a dripping
+        # client held its descriptor for as long as it liked.
+        q = build_query(fresh("drip"), T_A)
+        framed = struct.pack("!H", len(q)) + q
+        s = tcp_connect(self.addr, "127.0.0.27")
+        t0 = time.monotonic()
+        closed_at = None
+        try:
+            s.settimeout(0.25)
+            for b in framed[:-1]:
+                try:
+                    s.sendall(bytes([b]))
+                    if s.recv(1) == b"":
+                        closed_at = time.monotonic() - t0
+                        break
+                except socket.timeout:
+                    continue
+                except (ConnectionError, BrokenPipeError):
+                    closed_at = time.monotonic() - t0
+                    break
+        finally:
+            s.close()
+        self.assertIsNotNone(closed_at, "a drip-fed connection was never closed")
+        self.assertLess(closed_at, 2.5, f"closed after {closed_at:.1f}s, timeout 1.5s")
+
+    def test_busy_connection_closed_at_the_deadline(self):
+        # Whole queries every 0.2 s: traffic does not extend a connection's life either.
+        s = tcp_connect(self.addr, "127.0.0.28")
+        r = TcpReader(s)
+        t0 = time.monotonic()
+        closed_at = None
+        try:
+            for i in range(40):
+                q = build_query("a.test", T_A, qid=0x7D00 + i)
+                try:
+                    s.sendall(struct.pack("!H", len(q)) + q)
+                except (ConnectionError, BrokenPipeError):
+                    closed_at = time.monotonic() - t0
+                    break
+                if r.message(1) is None:
+                    closed_at = time.monotonic() - t0
+                    break
+                time.sleep(0.2)
+        finally:
+            s.close()
+        self.assertIsNotNone(closed_at, "a busy connection lived 8 s with a 1.5 s timeout")
+        self.assertLess(closed_at, 2.5, f"closed after {closed_at:.1f}s, timeout 1.5s")
+
+
+class TcpDescriptorLimitTest(DnsCase):
+    """cordon under `ulimit -n 256` with the default dns.tcp caps: DNS over TCP takes at most
+    a quarter of the descriptors, and the kill is still answered while it is full."""
+
+    @classmethod
+    def binary(cls):
+        cls.wrapper_dir = H.TempDir("cordon-it-nofile-")
+        path = cls.wrapper_dir.join("cordon")
+        with open(path, "w") as f:
+            f.write(f"#!/bin/sh\nulimit -n 256 || exit 99\nexec {H.CORDON_BIN} \"$@\"\n")
+        os.chmod(path, 0o755)
+        return path
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.wrapper_dir.cleanup()
+
+    def test_tcp_connections_stay_below_the_descriptor_limit(self):
+        socks = []
+        try:
+            for i in range(10):  # 10 addresses x 15: within the per-client cap of 16
+                socks += [tcp_connect(self.addr, f"127.0.1.{i + 1}") for _ in range(15)]
+            time.sleep(0.5)
+            kept = sum(1 for s in socks if not closed_by_peer(s, 0.01))
+            self.assertLessEqual(kept, 64, f"{kept} of 150 DNS-over-TCP connections kept open "
+                                           "under ulimit -n 256 (a quarter is 64)")
+            self.assertGreaterEqual(kept, 32, f"only {kept} kept")
+            t0 = time.monotonic()
+            status, js = self.cordon.admin("POST", "/v1/kill",
+                                           {"reason": "test: fd limit", "by": "tests"})
+            self.assertEqual(status, 200, js)
+            self.assertLess(time.monotonic() - t0, 2.0)
+        finally:
+            for s in socks:
+                s.close()
+
+
+class InflightBudgetTest(DnsCase):
+    """Default budgets (64 upstream lookups in flight per session, else per address)."""
+
+    @classmethod
+    def dns_yaml(cls):
+        return "  default_job: null\n  rate_limit: { qps: 100000, burst: 100000 }\n"
+
+    def test_unanswered_names_of_one_session_do_not_starve_another(self):
+        flood = self.cordon.create_session("web")
+        other = self.cordon.create_session("web")
+        tag = uuid.uuid4().hex[:8]
+        names = [f"hole-{tag}-{i}.wild.test" for i in range(4200)]
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind(("127.0.0.1", 0))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+            opt = [(SESSION_OPTION, session_opt(flood))]
+            for i, n in enumerate(names):
+                s.sendto(build_query(n, T_A, qid=i & 0xFFFF, edns=1232, options=opt), self.addr)
+                if i % 100 == 99:
+                    time.sleep(0.005)  # the listener keeps up; the kernel drops nothing
+            time.sleep(0.5)
+            r = udp_ask(self.addr, build_query(fresh("starve"), T_A, qid=0x5151, edns=1232,
+                                               options=[(SESSION_OPTION, session_opt(other))]))
+        finally:
+            s.close()
+        self.assertIsNotNone(r, "the other session got no answer")
+        m = parse_msg(r)
+        self.assertEqual((RCODES.get(m["rcode"]), [a["data"] for a in m["answers"]]),
+                         ("NOERROR", ["127.0.0.3"]),
+                         "one session's 4,200 unanswered lookups starved another session")
+        sent = {r["name"] for r in list(UP.log) if r["name"].startswith(f"hole-{tag}-")}
+        self.assertLessEqual(len(sent), 64, f"{len(sent)} of one session's lookups in flight "
+                                            "at once (budget 64)")
+
+
+class SessionRateTest(DnsCase):
+    """rate_limit 5/s, burst 10: one bucket per session, malformed queries included."""
+
+    @classmethod
+    def dns_yaml(cls):
+        return "  default_job: web\n  rate_limit: { qps: 5, burst: 10 }\n"
+
+    def flood(self, packets, src="127.0.0.1", wait=1.0, then=None):
+        """Sends every packet at once from one socket on `src` (then calls `then`); the
+        answers within `wait`."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        got = []
+        try:
+            s.bind((src, 0))
+            for p in packets:
+                s.sendto(p, self.addr)
+            if then is not None:
+                then()
+            s.settimeout(0.1)
+            deadline = time.monotonic() + wait
+            for _ in range(10_000):
+                if time.monotonic() > deadline:
+                    break
+                try:
+                    got.append(s.recv(65535))
+                except socket.timeout:
+                    continue
+        finally:
+            s.close()
+        return got
+
+    def test_one_sessions_flood_does_not_spend_anothers_budget(self):
+        # `cordon run`'s relay sends every sandbox's queries from 127.0.0.1.
+        noisy = self.cordon.create_session("web")
+        quiet = self.cordon.create_session("web")
+        opt = [(SESSION_OPTION, session_opt(noisy))]
+        q = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            q.bind(("127.0.0.1", 0))
+            q.settimeout(2)
+            # The quiet session's query goes out right behind the flood (not a second later,
+            # when the bucket would have refilled).
+            got = self.flood([build_query(f"x{i}-{uuid.uuid4().hex[:6]}.attacker.test", T_A,
+                                          qid=i, edns=1232, options=opt) for i in range(60)],
+                             then=lambda: q.sendto(build_query(
+                                 fresh("quiet"), T_A, qid=0x6161, edns=1232,
+                                 options=[(SESSION_OPTION, session_opt(quiet))]), self.addr))
+            try:
+                r = q.recv(65535)
+            except socket.timeout:
+                r = None
+        finally:
+            q.close()
+        self.assertLessEqual(len(got), 12, f"{len(got)} of 60 answered with burst 10")
+        self.assertIsNotNone(r, "another session from the same address got no answer right "
+                                "after the flood: the bucket is per address, not per session")
+        self.assertEqual(RCODES.get(parse_msg(r)["rcode"]), "NOERROR")
+
+    def test_malformed_queries_take_tokens_and_their_lines_are_bounded(self):
+        names = [fresh(f"mal{i}") for i in range(60)]
+        got = self.flood([build_query(n, T_A, qid=0x6200 + i) + b"\0"
+                          for i, n in enumerate(names)], src="127.0.0.31")
+        rcodes = [RCODES.get(parse_msg(g)["rcode"]) for g in got]
+        self.assertTrue(rcodes and set(rcodes) == {"FORMERR"}, rcodes)
+        self.assertLessEqual(len(got), 12, f"{len(got)} of 60 malformed queries answered "
+                                           "(burst 10): malformed queries skip the bucket")
+        time.sleep(0.5)
+        lines = [e for e in self.cordon.audit_events()
+                 if e.get("client") == "127.0.0.31" and e.get("reason") == "bad_request"]
+        self.assertLessEqual(len(lines), 12, f"{len(lines)} audit lines for 60 malformed "
+                                             "queries with burst 10")
+
+
+class KillInFlightTest(DnsCase):
+
+    def test_network_kill_cancels_lookups_in_flight(self):
+        # The upstream ignores the first query; c-ares retries 3 s later. A kill in between
+        # must stop that retry and leave the client without an address.
+        name = f"once-{uuid.uuid4().hex[:12]}.wild.test"
+        result = {}
+
+        def ask():
+            result["r"] = udp_ask(self.addr, build_query(name, T_A, qid=0x4B4B), timeout=9)
+
+        import threading
+        t = threading.Thread(target=ask)
+        t.start()
+        try:
+            H.wait_until(lambda: UP.queries_for(name), 2)
+            self.assertTrue(UP.queries_for(name), "the lookup never reached the upstream")
+            t_kill = time.monotonic()
+            status, js = self.cordon.admin("POST", "/v1/kill",
+                                           {"reason": "test: kill in flight", "by": "tests"})
+            self.assertEqual(status, 200, js)
+        finally:
+            t.join(12)
+        answered_in = time.monotonic() - t_kill
+        time.sleep(max(0.0, 5.0 - answered_in))
+        ups = UP.queries_for(name)
+        self.assertEqual(len(ups), 1, f"{len(ups) - 1} upstream queries for {name} went out "
+                                      "after the network kill")
+        r = result.get("r")
+        self.assertIsNotNone(r, "the client waiting on the upstream was never answered")
+        m = parse_msg(r)
+        self.assertEqual(m["answers"], [], f"the client got an address after the kill: {m}")
+        self.assertEqual(RCODES.get(m["rcode"]), "REFUSED", m)
+        self.assertLess(answered_in, 1.5, f"refused {answered_in:.1f}s after the kill")
+
+
+class UpstreamAnswerTest(DnsCase):
+    """What is relayed from the upstream, and how: sizes, case, bailiwick, TTLs, class."""
+
+    def test_udp_answers_capped_at_1232_bytes(self):
+        name = f"big-{uuid.uuid4().hex[:12]}.wild.test"
+        r = udp_ask(self.addr, build_query(name, T_A, qid=0x1232, edns=4096))
+        self.assertIsNotNone(r, "no answer")
+        m = parse_msg(r)
+        self.assertLessEqual(len(r), 1232, "a UDP answer over 1232 bytes (EDNS 4096 asked)")
+        self.assertTrue(m["tc"], "an answer cut for UDP without TC")
+        s = tcp_connect(self.addr, "127.0.0.1")
+        try:
+            q = build_query(name, T_A, qid=0x1233)
+            s.sendall(struct.pack("!H", len(q)) + q)
+            full = TcpReader(s).message(3)
+        finally:
+            s.close()
+        self.assertIsNotNone(full)
+        self.assertEqual(len(parse_msg(full)["answers"]), 100, "TCP gets the whole answer")
+
+    def test_question_echoed_as_asked(self):
+        for name in ("A.TeSt", "DeNiEd.TeSt", f"MiXeD-{uuid.uuid4().hex[:6]}.WiLd.TeSt"):
+            for attempt in ("first", "cached"):
+                with self.subTest(name=name, attempt=attempt):
+                    r = udp_ask(self.addr, build_query(name, T_A, qid=0x2020, edns=1232))
+                    self.assertIsNotNone(r)
+                    want = enc_name(name)
+                    self.assertEqual(r[12:12 + len(want)], want,
+                                     f"question not echoed byte for byte: {r[12:40]!r}")
+
+    def test_out_of_bailiwick_records_dropped(self):
+        name = f"lie-{uuid.uuid4().hex[:12]}.wild.test"
+        for attempt in ("first", "cached"):
+            r = udp_ask(self.addr, build_query(name, T_A, qid=0x0B0B, edns=1232))
+            self.assertIsNotNone(r)
+            m = parse_msg(r)
+            self.assertEqual([(a["name"], a["data"]) for a in m["answers"]],
+                             [(name, "127.0.0.3")], f"{attempt}: {m}")
+            self.assertNotIn(bytes([6, 6, 6]), r, f"{attempt}: a record of a name never asked "
+                                                  "was relayed")
+            self.assertLessEqual(m["arcount"], 1, f"{attempt}: additional records relayed")
+
+    def test_ttl_top_bit_served_and_cached_alike(self):
+        name = f"ttlmax-{uuid.uuid4().hex[:12]}.wild.test"
+        for _ in range(2):
+            r = udp_ask(self.addr, build_query(name, T_A, qid=0x7777))
+            self.assertIsNotNone(r)
+            self.assertEqual([a["ttl"] for a in parse_msg(r)["answers"]], [0])
+        self.assertEqual(len(UP.queries_for(name)), 2,
+                         "a TTL served as 0 was cached: the second query was not relayed")
+
+    def test_other_classes_never_get_the_in_answer(self):
+        name = fresh("class")
+        r = udp_ask(self.addr, build_query(name, T_A, qid=0x0101))
+        self.assertEqual([a["data"] for a in parse_msg(r)["answers"]], ["127.0.0.3"])
+        for qclass in (3, 255):  # CH, ANY
+            with self.subTest(qclass=qclass):
+                q = build_query(name, T_A, qid=0x0102)
+                q = q[:-2] + struct.pack("!H", qclass)
+                r = udp_ask(self.addr, q)
+                self.assertIsNotNone(r)
+                m = parse_msg(r)
+                self.assertEqual(m["answers"], [], f"class {qclass} got the IN answer: {m}")
+                self.assertEqual(RCODES.get(m["rcode"]), "REFUSED", m)
 
 
 if __name__ == "__main__":

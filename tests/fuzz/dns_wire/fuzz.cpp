@@ -2,8 +2,9 @@
 // next_tcp_message on the raw bytes, then checks that what they accept is consistent: a
 // parsed query rebuilt with build_query parses to the same question and options, the error
 // answer built for any query walks as an answer to its question, a rewrite keeps the layout
-// and only lowers TTLs, and truncation never grows an oversize message past the limit. Any
-// violation aborts.
+// and only lowers TTLs, a sanitised answer (what the server relays) parses, keeps only the
+// question's chain and never changes a name when served, and truncation never grows an
+// oversize message past the limit. Any violation aborts.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -126,6 +127,59 @@ void check_answer(bytes in) {
     }
 }
 
+// What the server relays: the sanitised rebuild of an answer, then one client's copy of it.
+void check_sanitize(bytes in) {
+    const auto a = parse_answer(in);
+    if (!a) {
+        return;
+    }
+    const auto c = sanitize_answer(*a, 3600, 300);
+    if (!c) {
+        return;
+    }
+    const auto b = parse_answer(c->message);
+    check(b.has_value(), "a sanitised answer parses", in);
+    check(answers_question(*b, a->q), "a sanitised answer answers the same question", in);
+    check(b->additional.empty(), "a sanitised answer has no additional records", in);
+    check(b->answers.size() <= a->answers.size() && b->authority.size() <= a->authority.size(),
+          "sanitising only drops records", in);
+    check(c->ttls.size() == b->answers.size() + b->authority.size(), "every TTL is known", in);
+    for (const auto* section : {&b->answers, &b->authority}) {
+        for (const record& r : *section) {
+            check(r.ttl <= 3600 && r.ttl >= c->min_ttl, "TTLs clamped, min_ttl the lowest", in);
+            check(r.name == a->q.name || std::any_of(a->answers.begin(), a->answers.end(),
+                                                     [&r](const record& x) {
+                                                         return x.target == r.name;
+                                                     }) ||
+                      r.type == type_soa,
+                  "only the question's name and the chain's", in);
+        }
+    }
+    // Served to a client that asked in another case, aged: names never change.
+    query q;
+    q.id = 0x5a5a;
+    q.q = a->q;
+    q.asked = a->q.name;
+    for (char& ch : q.asked) {
+        if (ch >= 'a' && ch <= 'z') {
+            ch = static_cast<char>(ch - 'a' + 'A');
+        }
+    }
+    q.has_edns = true;
+    std::vector<std::uint8_t> out;
+    answer_for(c->message, c->ttls, q, in.size() >= 2 ? in[1] : 0, out);
+    const auto d = parse_answer(out);
+    check(out.size() <= max_message_size, "a served answer fits a message", in);
+    check(d.has_value(), "a served answer parses", in);
+    check(d->q.name == a->q.name && d->additional.size() == 1, "served: question and OPT", in);
+    check(d->answers.size() == b->answers.size(), "served: same records", in);
+    for (std::size_t i = 0; i < d->answers.size(); ++i) {
+        check(d->answers[i].name == b->answers[i].name &&
+                  d->answers[i].target == b->answers[i].target,
+              "serving never changes a name", in);
+    }
+}
+
 void check_truncate(bytes in, std::size_t limit) {
     const auto t = truncate_for_udp(in, limit);
     if (in.size() <= limit) {
@@ -165,6 +219,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bytes in(data, size);
     check_query(in);
     check_answer(in);
+    check_sanitize(in);
     check_truncate(in, 512);
     check_truncate(in, size / 2);
     check_truncate(in, size > 0 ? size - 1 : 0);

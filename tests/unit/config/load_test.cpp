@@ -541,7 +541,7 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
          3, 52, "admin.tls", "unknown key 'bogus' (expected one of: cert, key, client_ca)"},
         {"dns", with_top("dns: { bogus: 1 }"), 3, 8, "dns",
          "unknown key 'bogus' (expected one of: upstream, deny_rcode, default_job, "
-         "cache_entries, query_types, rate_limit)"},
+         "cache_entries, query_types, rate_limit, inflight, tcp)"},
         {"state", with_top("state: { bogus: 1 }"), 3, 10, "state",
          "unknown key 'bogus' (expected one of: path)"},
         {"audit", with_top("audit: { bogus: 1 }"), 3, 10, "audit",
@@ -1847,4 +1847,35 @@ TEST_CASE("load: dns resolver keys", "[load]") {
     REQUIRE(bad.errors.size() == 4);
     CHECK_THAT(bad.errors[0].message, Catch::Contains("dns.query_types[1]: 'ANY'"));
     CHECK_THAT(bad.errors[1].message, Catch::Contains("dns.query_types[2]: 'BOGUS'"));
+}
+
+TEST_CASE("load: dns budgets and TCP caps", "[load]") {
+    const load_result def = load_policy("listen: { proxy: 127.0.0.1:3128 }\njobs: {}\n", "t.yaml");
+    REQUIRE(def.ok());
+    CHECK(def.value->dns.inflight_per_client == 64);
+    CHECK(def.value->dns.inflight_total == 2048);
+    CHECK(def.value->dns.tcp_max_connections == 256);
+    CHECK(def.value->dns.tcp_max_per_client == 16);
+    CHECK(def.value->dns.tcp_timeout == std::chrono::seconds(10));
+
+    const load_result r = load_policy(
+        "listen: { proxy: 127.0.0.1:3128 }\n"
+        "dns: { inflight: { per_client: 8, total: 100 },\n"
+        "       tcp: { max_connections: 32, max_per_client: 2, timeout: 1500ms } }\n"
+        "jobs: {}\n",
+        "t.yaml");
+    REQUIRE(r.ok());
+    CHECK(r.value->dns.inflight_per_client == 8);
+    CHECK(r.value->dns.inflight_total == 100);
+    CHECK(r.value->dns.tcp_max_connections == 32);
+    CHECK(r.value->dns.tcp_max_per_client == 2);
+    CHECK(r.value->dns.tcp_timeout == std::chrono::milliseconds(1500));
+
+    const load_result bad = load_policy(
+        "listen: { proxy: 127.0.0.1:3128 }\n"
+        "dns: { inflight: { total: 5000, x: 1 }, tcp: { max_connections: 0, timeout: 1h } }\n"
+        "jobs: {}\n",
+        "t.yaml");
+    REQUIRE(bad.errors.size() == 4);
+    CHECK_THAT(bad.errors[0].message, Catch::Contains("dns.inflight"));
 }

@@ -20,6 +20,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/udp.hpp>
 
+#include "dns/wire.hpp"
+
 using namespace std::chrono_literals;
 using cordon::config::ip_address;
 using cordon::config::parse_ip;
@@ -443,4 +445,66 @@ TEST_CASE_METHOD(fixture, "resolver: a callback may start another query", "[reso
     });
     REQUIRE(run_until(ioc, [&] { return second.has_value(); }));
     CHECK(second->error == "cancelled");
+}
+
+namespace {
+
+// A raw A query for async_query (what the DNS listener relays).
+std::vector<std::uint8_t> raw_query(const std::string& name) {
+    return cordon::dns::build_query(name, type_a, 0x4242, true);
+}
+
+}  // namespace
+
+TEST_CASE_METHOD(fixture, "resolver: relayed lookups leave the proxy its share", "[resolver]") {
+    auto o = options();
+    o.max_queries = 4;
+    o.max_relayed = 2;
+    auto r = cordon::dns::make_resolver(ioc, o);
+    std::vector<std::string> errors;
+    for (int i = 0; i < 3; ++i) {
+        r->async_query(raw_query("silent.test"),
+                       [&errors](cordon::dns::raw_result x) { errors.push_back(x.error); });
+    }
+    REQUIRE(run_until(ioc, [&errors] { return errors.size() == 1; }));
+    CHECK(errors[0] == "too many queries");  // the third relayed lookup
+    // The DNS listener's clients hold every relayed slot; the proxy still resolves.
+    CHECK(resolve(*r, "dual.test").error.empty());
+    r->cancel_all();
+    REQUIRE(run_until(ioc, [&errors] { return errors.size() == 3; }));
+    std::optional<cordon::dns::raw_result> again;
+    r->async_query(raw_query("dual.test"), [&again](cordon::dns::raw_result x) { again = x; });
+    REQUIRE(run_until(ioc, [&again] { return again.has_value(); }));
+    CHECK(again->error.empty());  // relayed slots are free again
+}
+
+TEST_CASE_METHOD(fixture, "resolver: a closed gate cancels lookups before any retry",
+                 "[resolver]") {
+    auto o = options();
+    o.timeout = 1000ms;
+    o.tries = 3;
+    bool open = true;
+    o.upstream_allowed = [&open] { return open; };
+    auto r = cordon::dns::make_resolver(ioc, o);
+    std::optional<cordon::dns::raw_result> relayed;
+    std::optional<resolve_result> own;
+    r->async_query(raw_query("silent.test"),
+                   [&relayed](cordon::dns::raw_result x) { relayed = std::move(x); });
+    r->async_resolve("silent.test", [&own](resolve_result x) { own = std::move(x); });
+    REQUIRE(run_until(ioc, [this] { return server.queries_for("silent.test") == 3; }));
+    open = false;  // the network kill: before c-ares' first retry (1 s)
+    const auto closed_at = std::chrono::steady_clock::now();
+    REQUIRE(run_until(ioc, [&] { return relayed.has_value() && own.has_value(); }));
+    CHECK(std::chrono::steady_clock::now() - closed_at < 250ms);  // polled every 100 ms
+    CHECK(relayed->error == "cancelled");
+    CHECK(own->error == "cancelled");
+    run_for(ioc, 3500ms);  // every retry would have gone out by now
+    CHECK(server.queries_for("silent.test") == 3);  // the first tries (A, and A+AAAA) only
+    SECTION("new lookups fail at once while it is closed, and work once it opens") {
+        const auto closed = resolve(*r, "dual.test");
+        CHECK(closed.error == "cancelled");
+        CHECK(server.queries_for("dual.test") == 0);
+        open = true;
+        CHECK(resolve(*r, "dual.test").error.empty());
+    }
 }

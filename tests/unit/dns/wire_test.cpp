@@ -408,6 +408,12 @@ TEST_CASE("wire: build_error", "[wire]") {
 
 namespace {
 
+/// SOA data: mname, rname and the five numbers.
+bytes soa_rdata(std::uint32_t minimum = 60) {
+    return msg{}.name("ns.example").name("hostmaster.example").u32(1).u32(2).u32(3).u32(4)
+        .u32(minimum).b;
+}
+
 /// www.example.com A answered through a CNAME chain, every name compressed:
 /// www.example.com CNAME cdn.example.net; cdn.example.net CNAME edge.example.net; edge A.
 struct chain_answer {
@@ -465,7 +471,7 @@ TEST_CASE("wire: parse_answer", "[wire]") {
     SECTION("AAAA, SOA in authority, odd bytes in names escaped") {
         const auto m = msg{}.header(5, 0x8183, 1, 1, 1, 0).question("x.example", type_aaaa)
                            .u8(3).raw("a*\x01").ptr(12).rr(type_aaaa, 5, bytes(16, 0))
-                           .name("example").rr(type_soa, 60, {1, 2, 3});
+                           .name("example").rr(type_soa, 60, soa_rdata());
         const auto a = parse_answer(m.b);
         REQUIRE(a);
         CHECK(rcode_of(a->flags) == 3);
@@ -502,6 +508,20 @@ TEST_CASE("wire: parse_answer", "[wire]") {
              .rr(type_a, 0x01610000u, {1, 2, 3, 4}).ptr(12 + 13 + 4 + 2 + 4)
              .rr(type_a, 1, {1, 2, 3, 4}).b},
         {"pointer into the question type", msg{q}.ptr(12 + 13).rr(type_a, 1, {1, 2, 3, 4}).b},
+        {"pointer to a label that runs over the record's own TTL (the 10-minute fuzz run)",
+         // A TXT record's data is the byte 10; the next owner points at it: a 10-byte label
+         // of the pointer itself, type, class and TTL, ended by the length's high byte 0.
+         // Aging the TTL changed that owner's name. (tests/fuzz/dns_wire/corpus/
+         // crash-label-over-own-ttl)
+         msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_a).ptr(12)
+             .rr(type_txt, 300, {10}).ptr(12 + 17 + 2 + 10).rr(type_a, 3600, {1, 2, 3, 4}).b},
+        {"pointer into opaque record data",
+         msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_a).ptr(12)
+             .rr(type_txt, 300, wire_name("x")).ptr(12 + 17 + 2 + 10)
+             .rr(type_a, 1, {1, 2, 3, 4}).b},
+        {"SOA data that is not two names and 20 bytes",
+         msg{}.header(1, 0x8183, 1, 0, 1, 0).question("example.com", type_a).ptr(12)
+             .rr(type_soa, 1, {0, 0, 1, 2, 3}).b},
         {"two OPT", msg{}.header(1, 0x8180, 1, 0, 0, 2).question("a.example", 1).opt().opt().b},
         {"trailing bytes", trailing},
     };
@@ -509,28 +529,35 @@ TEST_CASE("wire: parse_answer", "[wire]") {
         SECTION(r.what) { CHECK_FALSE(parse_answer(r.m)); }
     }
     SECTION("128 jumps allowed, 129 refused") {
-        // A chain of pointers, each to the one before it, ending at the question name;
-        // laid out inside the rdata of an opaque record, the answer's name points at its end.
-        for (const int jumps : {128, 129}) {
-            msg m = msg{}.header(1, 0x8180, 1, 2, 0, 0).question("a.example", 1);
-            const std::size_t rdata_at = m.size() + 1 + 10;
-            msg chain;
+        // A chain of owner names, each a pointer to the one before it (a name may point at
+        // an earlier name that is a pointer), the first to the question: record k's name
+        // takes k + 1 jumps.
+        for (const unsigned records : {128u, 129u}) {
+            msg m = msg{}.header(1, 0x8180, 1, records, 0, 0).question("a.example", 1);
             std::size_t prev = 12;
-            for (int i = 0; i < jumps - 1; ++i) {
-                const std::size_t here = rdata_at + chain.size();
-                chain.ptr(static_cast<unsigned>(prev));
+            for (unsigned i = 0; i < records; ++i) {
+                const std::size_t here = m.size();
+                m.ptr(static_cast<unsigned>(prev)).rr(type_a, 1, {1, 2, 3, 4});
                 prev = here;
             }
-            m.u8(0).rr(type_txt, 1, chain.b);
-            m.ptr(static_cast<unsigned>(prev)).rr(type_a, 1, {1, 2, 3, 4});
             const auto a = parse_answer(m.b);
-            if (jumps == 128) {
+            if (records == 128) {
                 REQUIRE(a);
-                CHECK(a->answers[1].name == "a.example");
+                CHECK(a->answers.back().name == "a.example");
             } else {
                 CHECK_FALSE(a);
             }
         }
+    }
+    SECTION("names in MX and SOA data are names later records may point into") {
+        msg m = msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_mx).ptr(12);
+        const std::size_t exchange_at = m.size() + 10 + 2;
+        m.rr(type_mx, 60, msg{}.u16(10).u8(4).raw("mail").ptr(12).b);
+        m.ptr(static_cast<unsigned>(exchange_at)).rr(type_a, 60, {1, 2, 3, 4});
+        const auto a = parse_answer(m.b);
+        REQUIRE(a);
+        CHECK(a->answers[0].target == "mail.example.com");
+        CHECK(a->answers[1].name == "mail.example.com");
     }
 }
 
@@ -678,5 +705,145 @@ TEST_CASE("wire: next_tcp_message", "[wire]") {
         const bytes b = {0, 11, 1, 2, 3};
         CHECK(next_tcp_message(b).status == frame_status::bad);
         CHECK(next_tcp_message(bytes{0, 0}).status == frame_status::bad);
+    }
+}
+
+TEST_CASE("wire: the question is echoed as asked (0x20)", "[wire]") {
+    const auto m = query_header(1).question("WwW.ExAmPlE.CoM", type_a).opt();
+    const parse_result r = parse_query(m.b);
+    REQUIRE(r.status == parse_status::good);
+    CHECK(r.value.q.name == "www.example.com");
+    CHECK(r.value.asked == "WwW.ExAmPlE.CoM");
+    const auto e = build_error(r.value, rcode::refused);
+    const bytes asked = wire_name("WwW.ExAmPlE.CoM");
+    CHECK(bytes(e.begin() + 12, e.begin() + 12 + static_cast<long>(asked.size())) == asked);
+}
+
+namespace {
+
+/// What sanitize_answer kept, as (section, name, type, ttl) rows.
+struct kept {
+    int section;
+    std::string name;
+    std::uint16_t type;
+    std::uint32_t ttl;
+    bool operator==(const kept&) const = default;
+};
+
+std::vector<kept> rows_of(const bytes& m) {
+    const auto a = parse_answer(m);
+    REQUIRE(a);
+    std::vector<kept> out;
+    for (const record& r : a->answers) {
+        out.push_back({0, r.name, r.type, r.ttl});
+    }
+    for (const record& r : a->authority) {
+        out.push_back({1, r.name, r.type, r.ttl});
+    }
+    for (const record& r : a->additional) {
+        out.push_back({2, r.name, r.type, r.ttl});
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("wire: sanitize_answer relays only what answers the question", "[wire]") {
+    SECTION("out-of-bailiwick records are dropped, the chain and its addresses kept") {
+        // www.example.com CNAME cdn.example.net (out of order: the A comes first), an A for a
+        // name never asked (evil.example), NS and glue in authority and additional.
+        msg m = msg{}.header(7, 0x8580, 1, 4, 1, 2).question("www.example.com", type_a);
+        m.name("cdn.example.net").rr(type_a, 60, {93, 184, 216, 34});
+        m.ptr(12).rr(type_cname, 300, wire_name("cdn.example.net"));
+        m.name("evil.example").rr(type_a, 86400, {6, 6, 6, 6});
+        m.ptr(12).rr(type_aaaa, 60, bytes(16, 1));  // not the asked type
+        m.name("example.com").rr(type_ns, 60, wire_name("ns.evil.example"));
+        m.name("ns.evil.example").rr(type_a, 86400, {6, 6, 6, 7});
+        m.opt(4096);
+        const auto v = parse_answer(m.b);
+        REQUIRE(v);
+        const auto c = sanitize_answer(*v, 3600, 300);
+        REQUIRE(c);
+        const std::vector<kept> expect = {{0, "www.example.com", type_cname, 300},
+                                          {0, "cdn.example.net", type_a, 60}};
+        CHECK(rows_of(c->message) == expect);
+        CHECK(c->min_ttl == 60);
+        CHECK_FALSE(c->negative);
+        CHECK(get16(c->message, 0) == 7);
+        CHECK(get16(c->message, 2) == (flag_qr | flag_rd | flag_ra));  // no AA
+        REQUIRE(c->ttls.size() == 2);
+    }
+    SECTION("TTLs: top bit set is 0, the rest at most the cap, served as cached") {
+        const auto m = msg{}.header(1, 0x8180, 1, 2, 0, 0).question("a.example", type_a)
+                           .ptr(12).rr(type_a, 0xFFFFFFFFu, {1, 2, 3, 4})
+                           .ptr(12).rr(type_a, 100000, {1, 2, 3, 5});
+        const auto c = sanitize_answer(*parse_answer(m.b), 3600, 300);
+        REQUIRE(c);
+        const std::vector<kept> expect = {{0, "a.example", type_a, 0},
+                                          {0, "a.example", type_a, 3600}};
+        CHECK(rows_of(c->message) == expect);
+        CHECK(c->min_ttl == 0);
+    }
+    SECTION("a negative answer keeps the zone's SOA, capped at the negative TTL") {
+        const auto m = msg{}.header(1, 0x8183, 1, 0, 2, 0).question("no.example.com", type_a)
+                           .name("example.com").rr(type_soa, 3600, soa_rdata())
+                           .name("other.example").rr(type_soa, 60, soa_rdata());
+        const auto c = sanitize_answer(*parse_answer(m.b), 3600, 300);
+        REQUIRE(c);
+        CHECK(c->negative);
+        CHECK(rcode_of(get16(c->message, 2)) == 3);
+        const std::vector<kept> expect = {{1, "example.com", type_soa, 300}};
+        CHECK(rows_of(c->message) == expect);
+        CHECK(parse_answer(c->message)->authority[0].target == "ns.example");
+    }
+    SECTION("no upstream pointer survives, so aging never changes a name") {
+        const chain_answer ch;
+        const auto c = sanitize_answer(*parse_answer(ch.b), 3600, 300);
+        REQUIRE(c);
+        for (const std::uint32_t age : {0u, 1u, 299u, 0xFFFFFFFFu}) {
+            bytes out;
+            age_answer(c->message, c->ttls, 9, age, out);
+            const auto a = parse_answer(out);
+            REQUIRE(a);
+            REQUIRE(a->answers.size() == 3);
+            CHECK(a->answers[0].target == "cdn.example.net");
+            CHECK(a->answers[1].target == "edge.example.net");
+            CHECK(a->answers[2].name == "edge.example.net");
+        }
+    }
+    SECTION("refused: TC, an extended rcode") {
+        const auto tc = msg{}.header(1, 0x8380, 1, 0, 0, 0).question("a.example", type_a);
+        CHECK_FALSE(sanitize_answer(*parse_answer(tc.b), 3600, 300));
+        const auto ext = msg{}.header(1, 0x8180, 1, 0, 0, 1).question("a.example", type_a)
+                             .opt(1232, 0x01000000u);
+        CHECK_FALSE(sanitize_answer(*parse_answer(ext.b), 3600, 300));
+    }
+}
+
+TEST_CASE("wire: answer_for makes a clean answer the client's", "[wire]") {
+    const auto up = msg{}.header(1, 0x8180, 1, 1, 0, 0).question("www.example.com", type_a)
+                        .ptr(12).rr(type_a, 300, {1, 2, 3, 4});
+    const auto c = sanitize_answer(*parse_answer(up.b), 3600, 300);
+    REQUIRE(c);
+    parse_result q = parse_query(query_header(1).question("wWw.EXAMPLE.com", type_a).opt().b);
+    REQUIRE(q.status == parse_status::good);
+    q.value.do_bit = true;
+    bytes out;
+    answer_for(c->message, c->ttls, q.value, 100, out);
+    CHECK(get16(out, 0) == 0xBEEF);
+    const bytes asked = wire_name("wWw.EXAMPLE.com");
+    CHECK(bytes(out.begin() + 12, out.begin() + 12 + static_cast<long>(asked.size())) == asked);
+    const auto a = parse_answer(out);
+    REQUIRE(a);
+    CHECK(a->answers[0].ttl == 200);
+    REQUIRE(a->additional.size() == 1);
+    CHECK(a->additional[0].type == type_opt);
+    CHECK(a->additional[0].ttl == 0x8000);
+    SECTION("without EDNS no OPT; RD as the client sent it") {
+        q.value.has_edns = false;
+        q.value.flags = 0;
+        answer_for(c->message, c->ttls, q.value, 0, out);
+        CHECK(get16(out, 10) == 0);
+        CHECK((get16(out, 2) & flag_rd) == 0);
     }
 }
