@@ -9,10 +9,6 @@
 
 namespace cordon::proxy {
 
-/// DNS-over-TCP connections the resolver may hold at once, until the DNS server's cap is a
-/// `dns:` setting (dns.tcp_max_connections, issue 18 item 1): the reserve counts them.
-inline constexpr std::size_t dns_tcp_connections_reserved = 256;
-
 /// What the daemon runs, as far as descriptors go.
 struct capacity_inputs {
     std::uint64_t descriptor_limit = 0;            ///< RLIMIT_NOFILE (soft, after raising it)

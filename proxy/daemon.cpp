@@ -205,7 +205,10 @@ int run_daemon(const daemon_options& opts) {
     cin.descriptor_limit = descriptor_limit;
     cin.workers = threads;
     cin.dns = pol.listen.dns.has_value();
-    cin.dns_tcp_connections = dns_tcp_connections_reserved;
+    // The DNS server's TCP cap as it will apply it: dns.tcp.max_connections, at most a
+    // quarter of the descriptor limit (dns/server.cpp).
+    cin.dns_tcp_connections = std::min<std::size_t>(
+        pol.dns.tcp_max_connections, std::max<std::size_t>(1, descriptor_limit / 4));
     cin.admin = pol.listen.admin.has_value();
     cin.configured_max_connections = pol.proxy.max_connections;
     const capacity limits = plan_capacity(cin);

@@ -15,7 +15,7 @@ capacity_inputs inputs(std::uint64_t limit, std::size_t workers, bool dns) {
     in.workers = workers;
     in.admin = true;
     in.dns = dns;
-    in.dns_tcp_connections = dns ? dns_tcp_connections_reserved : 0;
+    in.dns_tcp_connections = dns ? 256 : 0;  // dns.tcp.max_connections's default
     in.configured_max_connections = 20'000;
     return in;
 }
@@ -43,7 +43,7 @@ TEST_CASE("capacity: the listeners never add up past the descriptor limit", "[ca
     CHECK(c.admin_connections >= 8);
     CHECK(c.admin_connections <= 4096);
     CHECK(c.reserved >= c.admin_connections + workers * c.pipes_per_worker * 2 +
-                            (dns ? dns_tcp_connections_reserved : 0));
+                            (dns ? 256 : 0));
     CHECK(c.pipes_per_worker <= 256);
 }
 
