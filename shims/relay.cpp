@@ -33,6 +33,7 @@ constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::size_t max_dns_in_flight = 256;
 constexpr std::size_t max_proxy_connections = 4096;
 constexpr auto dns_timeout = std::chrono::seconds(5);  // a resolver that never answers
+constexpr auto dns_tcp_lifetime = std::chrono::seconds(10);  // a DNS-over-TCP connection, whole
 
 std::size_t proxy_connections = 0;
 std::size_t dns_in_flight = 0;
@@ -182,7 +183,14 @@ awaitable<void> dns_tcp_session(tcp::socket client, std::optional<tcp::endpoint>
     bool connected = false;
     std::vector<std::uint8_t> q;
     std::vector<std::uint8_t> a;
-    while (co_await read_framed(client, q)) {
+    // One deadline for the connection's whole life, as cordon's own DNS-over-TCP has: a
+    // sandbox dripping a byte at a time holds no relay slot for longer.
+    net::steady_timer deadline(client.get_executor(), dns_tcp_lifetime);
+    for (;;) {
+        auto got = co_await (read_framed(client, q) || deadline.async_wait(use_nothrow));
+        if (got.index() != 0 || !std::get<0>(got)) {
+            break;
+        }
         dns_rewrite r = rewrite_dns_query(q, option);
         if (!r.answer_locally && !resolver) {
             r.message = dns::build_error(dns::parse_query(q).value, dns::rcode::refused);

@@ -315,6 +315,12 @@ class ContainmentTest(unittest.TestCase):
         if host_socket_works(40, socket.SOCK_STREAM):  # AF_VSOCK
             self.assertIn("not supported", res["vsock_stream"]["error"])
 
+    def test_a_dripping_dns_tcp_client_is_cut_at_the_relays_deadline(self):
+        res, _ = self.agent("dns-drip")
+        after = res["dns_drip_closed_after"]
+        self.assertIsNotNone(after, "the relay kept a dripping DNS-over-TCP connection 30 s")
+        self.assertLess(after, 13, res)
+
     # -- 5. the admin token, wherever it is ------------------------------------------------
 
     def test_admin_token_is_hidden_by_inode(self):

@@ -9,6 +9,7 @@
   node PATH               open a device node PATH (made by the test with mknod)
   families [DGRAM_PATH]   socket(2) with every address family that matters, socketpairs
                           (a datagram pair sending to the host socket DGRAM_PATH)
+  dns-drip                hold a DNS-over-TCP connection to the relay with a byte a second
   read PATH...            read each PATH (the admin token, wherever it is; a directory is
                           listed)
 """
@@ -184,6 +185,29 @@ def families(host_dgram=None):
     attempt("userfaultfd", userfaultfd)
 
 
+def dns_drip():
+    # Holds a DNS-over-TCP connection to the relay open by dripping one byte a second.
+    import time
+    s = socket.create_connection(("127.0.0.1", 53), timeout=2)
+    t0 = time.monotonic()
+    s.settimeout(1)
+    closed_after = None
+    s.send(b"\x00\x64")  # a 100-byte query announced, then never finished
+    for _ in range(30):
+        try:
+            s.send(b"\x00")
+            if s.recv(1) == b"":
+                closed_after = time.monotonic() - t0
+                break
+        except socket.timeout:
+            continue
+        except OSError:
+            closed_after = time.monotonic() - t0
+            break
+    s.close()
+    out["dns_drip_closed_after"] = closed_after
+
+
 def read_paths(paths):
     def read(p):
         if os.path.isdir(p):
@@ -207,6 +231,8 @@ def main():
         node(args[0])
     elif cmd == "families":
         families(args[0] if args else None)
+    elif cmd == "dns-drip":
+        dns_drip()
     elif cmd == "read":
         read_paths(args)
     else:
