@@ -33,9 +33,15 @@ void event_poster::stop(std::chrono::milliseconds drain) {
         cv_.notify_all();
     }
     thread_.join();
-    if (dropped_ > 0) {
-        std::cerr << "cordon run: " << dropped_ << " audit events not sent (queue full)\n";
+    if (dropped_ + failed_ > 0) {
+        std::cerr << "cordon run: " << dropped_ + failed_ << " audit events not recorded ("
+                  << dropped_ << " on a full queue, " << failed_ << " refused or not sent)\n";
     }
+}
+
+std::size_t event_poster::lost() {
+    const std::lock_guard lock(mutex_);
+    return dropped_ + failed_;
 }
 
 void event_poster::loop() {
@@ -54,14 +60,20 @@ void event_poster::loop() {
             queue_.pop_front();
             busy_ = true;
         }
+        std::string why;
         try {
             const admin_reply r = admin_.call("POST", path, body);
             if (r.status != 202) {
-                std::cerr << "cordon run: audit event refused: " << r.status << ' ' << r.body
-                          << '\n';
+                why = "refused: " + std::to_string(r.status) + ' ' + r.body;
             }
         } catch (const std::exception& e) {
-            std::cerr << "cordon run: audit event not sent: " << e.what() << '\n';
+            why = std::string("not sent: ") + e.what();
+        }
+        if (!why.empty()) {
+            const std::lock_guard lock(mutex_);
+            if (failed_++ == 0) {  // the first says why; the rest are counted (stop() says)
+                std::cerr << "cordon run: audit event " << why << '\n';
+            }
         }
     }
 }

@@ -30,6 +30,8 @@ public:
     void post(std::string json);
     /// Waits up to `drain` for the queue to empty, then stops the thread. Idempotent.
     void stop(std::chrono::milliseconds drain);
+    /// Events lost so far: dropped on a full queue, refused by cordon, or not sent. Any thread.
+    std::size_t lost();
 
 private:
     void loop();
@@ -41,7 +43,8 @@ private:
     std::deque<std::string> queue_;
     bool busy_ = false;
     bool stopping_ = false;
-    std::size_t dropped_ = 0;
+    std::size_t dropped_ = 0;  ///< queue full
+    std::size_t failed_ = 0;   ///< refused or not sent
     std::thread thread_;
 };
 

@@ -505,9 +505,11 @@ int run(const run_options& o, admin_port& admin) {
     stdio->finish();  // the sandbox's last output out; the terminal as it was
     if (watch) {
         watch->stop();
-        if (const std::uint64_t lost = watch->not_audited(); lost > 0) {
-            say(o, std::to_string(lost) + " writes in scratch were not audited (rate or "
-                                          "directory limits)");
+        // Everything that did not reach the audit: what the watcher left out, and events
+        // the poster could not deliver (a full queue, refused, cordon unreachable).
+        if (const std::uint64_t lost = watch->not_audited() + poster.lost(); lost > 0) {
+            say(o, std::to_string(lost) + " writes in scratch were not audited (rate, "
+                                          "directory or path limits, or undelivered events)");
             poster.post(json::serialize(json::object{{"event", "file.write"},
                                                      {"path", printable_path(card->scratch)},
                                                      {"size", 0},

@@ -33,6 +33,8 @@ constexpr std::uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_ONL
 constexpr double walk_rate = 20'000;
 constexpr double report_rate = 500;
 constexpr std::size_t max_depth = 512;
+// cordon takes file.write paths of at most 4096 bytes (proxy/shim_event.cpp).
+constexpr std::size_t max_reported_path = 4096;
 
 using clock = std::chrono::steady_clock;
 
@@ -152,7 +154,12 @@ struct scratch_watch::impl {
             return;
         }
         const std::string rel = rel_dir.empty() ? name : rel_dir + "/" + name;
-        on_write(printable_path(sandbox_root + "/" + rel), static_cast<std::uint64_t>(st.st_size));
+        std::string path = printable_path(sandbox_root + "/" + rel);
+        if (path.size() > max_reported_path) {
+            lost(1, "a path longer than the audit takes");
+            return;
+        }
+        on_write(std::move(path), static_cast<std::uint64_t>(st.st_size));
     }
 
     // Watches directory `name` in `parent` (a new one: its contents so far are reported, its
@@ -169,7 +176,13 @@ struct scratch_watch::impl {
             const std::string rel = n.empty() ? *prel : (prel->empty() ? n : *prel + "/" + n);
             const int fd = open_beneath(root, rel, O_RDONLY | O_DIRECTORY);
             if (fd < 0) {
-                continue;  // gone, or a symlink: never followed
+                // Gone again: nothing to audit. Anything else (a path beyond PATH_MAX, a
+                // symlink put in a directory's place, no descriptor left) leaves what is
+                // below unwatched: counted.
+                if (errno != ENOENT) {
+                    lost(1, "a directory that cannot be opened beneath scratch");
+                }
+                continue;
             }
             const std::string via = "/proc/self/fd/" + std::to_string(fd);
             const int wd = ::inotify_add_watch(ifd, via.c_str(), mask);
@@ -254,6 +267,8 @@ struct scratch_watch::impl {
                 if (dfd >= 0) {
                     report(dfd, *rel, name);
                     ::close(dfd);
+                } else if (!rel || errno != ENOENT) {
+                    lost(1, "a directory that cannot be opened beneath scratch");
                 }
             }
         }

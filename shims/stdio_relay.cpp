@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -59,6 +60,59 @@ bool write_all(int fd, const char* p, std::size_t n) {
         n -= static_cast<std::size_t>(w);
     }
     return true;
+}
+
+// Asks the terminal on `fd` for its primary device attributes (ESC [ c) and reads, without
+// echo, until the reply (ESC [ ? ... c) or `wait` has passed, discarding what it reads.
+void drain_terminal_answers(int fd, std::chrono::milliseconds wait) {
+    termios saved{};
+    if (::tcgetattr(fd, &saved) != 0) {
+        return;
+    }
+    termios quiet = saved;
+    quiet.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    quiet.c_cc[VMIN] = 0;
+    quiet.c_cc[VTIME] = 0;
+    if (::tcsetattr(fd, TCSANOW, &quiet) != 0) {
+        return;
+    }
+    static constexpr char query[] = "\x1b[c";
+    if (::write(fd, query, sizeof query - 1) == static_cast<ssize_t>(sizeof query - 1)) {
+        const auto deadline = std::chrono::steady_clock::now() + wait;
+        std::string got;
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            if (left.count() <= 0) {
+                break;
+            }
+            pollfd pf{fd, POLLIN, 0};
+            if (::poll(&pf, 1, static_cast<int>(left.count())) <= 0) {
+                break;
+            }
+            std::array<char, 256> buf{};
+            const ssize_t n = ::read(fd, buf.data(), buf.size());
+            if (n <= 0) {
+                if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                    continue;
+                }
+                break;
+            }
+            got.append(buf.data(), static_cast<std::size_t>(n));
+            // The reply: ESC [ ? digits and semicolons, then 'c'.
+            const auto at = got.rfind("\x1b[?");
+            if (at != std::string::npos) {
+                const auto end = got.find_first_not_of("0123456789;", at + 3);
+                if (end != std::string::npos && got[end] == 'c') {
+                    break;
+                }
+            }
+            if (got.size() > 64 * 1024) {
+                got.erase(0, got.size() - 64);  // bounded; keep a possible reply's start
+            }
+        }
+    }
+    (void)::tcsetattr(fd, TCSANOW, &saved);
 }
 
 }  // namespace
@@ -258,9 +312,10 @@ void stdio_relay::finish(int drain_ms) {
     s.restore_terminal();
     // What the sandbox's last output made a terminal answer (a title or status report
     // queried by an escape sequence) would otherwise be read by the operator's shell as typed
-    // input once the shim exits: give the terminal a moment to answer, then discard its
-    // unread input. Every terminal the output may have reached: stdin, stdout, stderr, and
-    // the controlling terminal (stdin may be a file while stdout is the terminal).
+    // input once the shim exits. The shim asks the terminal for its device attributes and
+    // discards everything it answers up to that reply: a terminal answers in order, so the
+    // sandbox's answers come first, however slow the terminal or the link to it (ssh).
+    // Then every terminal of fds 0-2 and /dev/tty has its unread input discarded.
     std::vector<int> ttys;
     for (int fd = 0; fd < 3; ++fd) {
         if (::isatty(fd) != 0) {
@@ -272,7 +327,7 @@ void stdio_relay::finish(int drain_ms) {
         ttys.push_back(ctty);
     }
     if (!ttys.empty()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        drain_terminal_answers(ctty >= 0 ? ctty : ttys.front(), std::chrono::milliseconds(1500));
         for (const int fd : ttys) {
             (void)::tcflush(fd, TCIFLUSH);
         }

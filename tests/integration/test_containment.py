@@ -116,13 +116,14 @@ class ContainmentTest(unittest.TestCase):
 
     # -- 1. terminal injection ---------------------------------------------------------
 
-    def on_a_terminal(self, shim_cmd, answer=None, shim_stdin=""):
+    def on_a_terminal(self, shim_cmd, answer=None, shim_stdin="", delay=0.0):
         """Runs `shim_cmd` the way an operator does: in a shell on a terminal that is the
         shell's controlling tty, then lets the shell read one line from that terminal. What
         the shell reads is what the agent could make the operator's shell run. Returns
         (the line the shell read, everything the terminal showed). `answer`: (query, reply)
-        bytes: the terminal answers the query as soon as it is shown, as terminals answer
-        status and title reports."""
+        bytes: the terminal answers the query when it is shown, as terminals answer status and
+        title reports, `delay` seconds later (a terminal at the end of an ssh link); it also
+        answers device-attribute queries (ESC [ c), after the same delay and in order."""
         master, slave = pty.openpty()
         quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in shim_cmd)
         script = f"{quoted}{shim_stdin}; echo SHIM-DONE; read line; echo \"GOT:$line:END\""
@@ -137,10 +138,15 @@ class ContainmentTest(unittest.TestCase):
         os.close(slave)
         seen = b""
         sent = False
+        pending = []  # (when, reply): a terminal answers in order
+        queries = [(b"\x1b[c", b"\x1b[?1;2c")] + ([answer] if answer else [])
         deadline = time.monotonic() + 60
         try:
             while time.monotonic() < deadline and b":END" not in seen:
-                r, _, _ = select.select([master], [], [], 0.5)
+                now = time.monotonic()
+                while pending and pending[0][0] <= now:
+                    os.write(master, pending.pop(0)[1])
+                r, _, _ = select.select([master], [], [], 0.02)
                 if r:
                     try:
                         chunk = os.read(master, 65536)
@@ -149,8 +155,9 @@ class ContainmentTest(unittest.TestCase):
                     if not chunk:
                         break
                     seen += chunk
-                    if answer and answer[0] in chunk:
-                        os.write(master, answer[1])
+                    hits = sorted((chunk.find(q), reply) for q, reply in queries if q in chunk)
+                    for _, reply in hits:
+                        pending.append((time.monotonic() + delay, reply))
                 if not sent and b"SHIM-DONE" in seen:
                     time.sleep(0.2)  # what the agent queued is read first, if anything
                     os.write(master, b"operator-typed\n")
@@ -183,13 +190,15 @@ class ContainmentTest(unittest.TestCase):
         # answers types the answer, and after the shim exits the operator's shell would read
         # it as a command.
         query = "printf 'bye\\033[21t'"
-        # ... also when only the output is the terminal (stdin a file or /dev/null).
-        for opts, stdin in (([], ""), (["--tty"], ""), ([], " </dev/null"),
-                            ([], " </etc/hostname")):
-            with self.subTest(opts=opts, stdin=stdin):
+        # ... also when only the output is the terminal (stdin a file or /dev/null), and when
+        # the terminal answers late (over ssh, say).
+        for opts, stdin, delay in (([], "", 0), (["--tty"], "", 0), ([], " </dev/null", 0),
+                                   ([], " </etc/hostname", 0), ([], "", 0.3),
+                                   (["--tty"], "", 0.3)):
+            with self.subTest(opts=opts, stdin=stdin, delay=delay):
                 got, text = self.on_a_terminal(self.shim_args("sh", "-c", query, opts=opts),
                                                answer=(b"\x1b[21t", b"touch /tmp/pwned\n"),
-                                               shim_stdin=stdin)
+                                               shim_stdin=stdin, delay=delay)
                 self.assertEqual(got, "operator-typed", text[-3000:])
 
     def test_tty_mode_gives_a_terminal_of_the_sandboxs_own(self):

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -150,6 +151,37 @@ TEST_CASE("scratch watch: a symlink in scratch is never followed", "[shim][scrat
     REQUIRE(eventually([&] { return s.has("/scratch/done"); }));
     w->stop();
     CHECK_FALSE(s.any_containing("passwords-for-prod"));
+}
+
+TEST_CASE("scratch watch: what it cannot report is counted, never silent",
+          "[shim][scratch_watch]") {
+    temp_dir t;
+    seen s;
+    auto w = scratch_watch::start(t.path.string(), "/scratch", s.fn());
+    REQUIRE(w != nullptr);
+    // Directories nested through descriptors far beyond PATH_MAX (no path names them), a
+    // file written at the bottom.
+    int fd = ::open(t.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    const std::string name(250, 'd');
+    for (int i = 0; i < 40; ++i) {
+        REQUIRE(::mkdirat(fd, name.c_str(), 0700) == 0);
+        const int next = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ::close(fd);
+        REQUIRE(next >= 0);
+        fd = next;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const int f = ::openat(fd, "exfil.bin", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    REQUIRE(f >= 0);
+    REQUIRE(::write(f, "xxxx", 4) == 4);
+    ::close(f);
+    ::close(fd);
+    write_file(t.path / "short.txt", "x");
+    REQUIRE(eventually([&] { return s.has("/scratch/short.txt"); }));
+    w->stop();
+    CHECK_FALSE(s.any_containing("exfil.bin"));
+    CHECK(w->not_audited() >= 1);
 }
 
 TEST_CASE("printable_path: valid UTF-8 kept, invalid bytes escaped", "[shim][scratch_watch]") {
