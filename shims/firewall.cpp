@@ -387,7 +387,7 @@ firewall_result make_firewall(const firewall_spec& s) {
              "\tchain antispoof {\n"
              "\t\ttype filter hook prerouting priority raw; policy accept;\n"
              "\t\tip saddr 0.0.0.0 udp sport 68 udp dport 67 accept\n"
-             "\t\tip6 saddr :: meta l4proto 58 accept comment \"ipv6-icmp\"\n" +
+             "\t\tip6 saddr :: meta l4proto 58 accept\n" +  // 58: ipv6-icmp (related_icmp)
              rpf + "\t}\n\n";
         o += "\t# Packets from sandboxes to this host: only cordon's listeners.\n"
              "\tchain input {\n"
