@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
 import harness as H
@@ -60,17 +61,30 @@ class CliTest(unittest.TestCase):
                                                 "https_proxy", "http_proxy", "all_proxy"]))
         url = f"http://web.test:{self.http.port}/"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.c.tmp.path}
-        curl = f"curl -q -s -o /dev/null -w '%{{http_code}}' -m 10 {url}"
+        # Direct, curl would find web.test on loopback (--resolve, no DNS query leaves the
+        # machine); through cordon, it is a conn.open in the audit log.
+        curl = (f"curl -q -s -o /dev/null -w '%{{http_code}}' -m 10 "
+                f"--resolve web.test:{self.http.port}:127.0.0.1 {url}")
+
+        def opened():
+            return len([e for e in self.c.audit_events() if e["event"] == "conn.open"
+                        and e.get("target", "").startswith("web.test:")])
+
+        before = opened()
         got = subprocess.run(["sh", "-c", "\n".join(exports) + "\n" + curl], env=env,
                              stdout=subprocess.PIPE, text=True, timeout=30)
-        self.assertEqual(got.stdout, "200", "curl went through cordon")
+        self.assertEqual(got.stdout, "200")
+        self.assertTrue(H.wait_until(lambda: opened() == before + 1, 5, 0.05),
+                        "curl went through cordon")
         # The control: what it printed before, upper-case HTTPS_PROXY and HTTP_PROXY, leaves
-        # curl direct for http:// (where web.test does not resolve).
+        # curl direct for http://.
         old = re.sub(r" ALL_PROXY=\S+", "", exports[0])
         self.assertIn("HTTP_PROXY=", old)
         got = subprocess.run(["sh", "-c", old + "\n" + curl], env=env,
                              stdout=subprocess.PIPE, text=True, timeout=30)
-        self.assertEqual(got.stdout, "000", "upper case only: curl went direct")
+        self.assertEqual(got.stdout, "200")
+        time.sleep(0.5)
+        self.assertEqual(opened(), before + 1, "upper case only: curl went direct")
 
     def test_status_rows_add_up(self):
         s = self.c.create_session("agent")
