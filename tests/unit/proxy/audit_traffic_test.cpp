@@ -303,7 +303,8 @@ TEST_CASE("audit traffic -> suggest -> replay: every address a name resolved to"
         const auto p = policy(
             "      - { host: localhost, ports: [8080], protocol: http, methods: [GET],\n"
             "          resolves_to: [127.0.0.1/32, \"::1/128\"] }\n"
-            "      - { host: old.test, ports: [80], protocol: http, resolves_to: [10.9.0.1/32] }\n");
+            "      - { host: old.test, ports: [80], protocol: http,\n"
+            "          resolves_to: [10.9.0.1/32] }\n");
         const config::replay_result r = config::replay(t, *p);
         CHECK(r.newly_denied.empty());
         CHECK(r.same_allowed == 2);
