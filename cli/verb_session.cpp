@@ -2,11 +2,14 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "cli/admin_client.hpp"
 #include "cli/verbs.hpp"
@@ -21,7 +24,8 @@ constexpr std::string_view session_usage = R"(usage: cordon session create JOB [
        cordon session end ID
 
 Manages sessions through the admin API. `create` prints the session id, its token
-and the proxy URL to give the agent (HTTPS_PROXY=...); the token is shown once.
+and the proxy URL to give the agent, as the variables `cordon run` sets (HTTPS_PROXY,
+HTTP_PROXY, ALL_PROXY and their lower-case forms); the token is shown once.
 
 admin options (every verb that talks to the admin API):
   --admin URL              the admin API (default http://127.0.0.1:9090; env CORDON_ADMIN)
@@ -33,9 +37,23 @@ constexpr std::string_view status_usage = R"(usage: cordon status [--top N] [--j
 Shows cordon's state through the admin API (GET /v1/status and /v1/denials):
 listeners, policy, audit log health, the kill switch, active sessions, live
 connections and tunnels, and per job its denials with the N most denied targets
-(default 3; count, last reason, last seen UTC). Jobs with neither tunnels nor
-denials are left out. --json prints {"status": ..., "denials": ...}.
+(default 3; count, last reason, last seen UTC) and one line for the rest, so that
+the rows add up to the job's DENIED. Jobs with neither tunnels nor denials are
+left out. --json prints {"status": ..., "denials": ...}.
 )";
+
+// The proxy variables `cordon run` sets (shims/env.cpp), upper and lower case.
+constexpr std::pair<std::string_view, std::string_view> proxy_variables[] = {
+    {"HTTPS_PROXY", "https_proxy"}, {"HTTP_PROXY", "http_proxy"}, {"ALL_PROXY", "all_proxy"}};
+
+/// `s` in single quotes for a POSIX shell ('\'' for a quote inside).
+std::string shell_quote(std::string_view s) {
+    std::string out = "'";
+    for (const char c : s) {
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    return out + "'";
+}
 
 bool take_flag(std::vector<std::string_view>& a, std::string_view flag) {
     for (auto it = a.begin(); it != a.end(); ++it) {
@@ -140,17 +158,33 @@ void print_jobs(const json::object& status, const json::object& denials, std::si
             continue;
         }
         std::size_t shown = 0;
+        std::uint64_t shown_count = 0;
         for (const auto& e : *r.targets) {
-            if (shown++ == top) {
+            if (shown == top) {
                 break;
             }
+            ++shown;
             const auto& eo = e.as_object();
+            if (const auto* n = eo.if_contains("count"); n != nullptr && n->is_number()) {
+                shown_count += n->to_number<std::uint64_t>();
+            }
             const std::string target = str(eo.at("target"));
             const std::string seen = str(eo.at("last_seen"));
             out << "  " << right(str(eo.at("count")), 8) << "  "
                 << cell(target.empty() ? "(no target)" : target, 40) << ' '
                 << cell(str(eo.at("last_reason")), 17) << ' '
                 << (seen.size() >= 19 ? seen.substr(11, 8) : seen) << '\n';
+        }
+        // The rows add up to the job's DENIED: the rest on one line, with how to see it.
+        if (r.denied > shown_count) {
+            const std::size_t more = r.targets->size() - shown;
+            out << "  " << right(std::to_string(r.denied - shown_count), 8) << "  "
+                << (more > 0 ? "to " + std::to_string(more) + " more target" +
+                                   (more == 1 ? "" : "s") + " (--top " +
+                                   std::to_string(std::min<std::size_t>(r.targets->size(), 32)) +
+                                   " lists them)"
+                             : std::string("to targets no longer in the table"))
+                << '\n';
         }
     }
 }
@@ -195,12 +229,22 @@ int session(args in) {
             return 0;
         }
         const auto& o = v.as_object();
+        const std::string url = str(o.at("proxy_url"));
+        // Both cases, as `cordon run` sets them: curl reads only the lower-case http_proxy
+        // for http:// URLs, other clients only the upper case. Quoted for the shell.
+        std::string set_upper = "  export";
+        std::string set_lower = "  export";
+        for (const auto& [upper, lower] : proxy_variables) {
+            set_upper += " " + std::string(upper) + "=" + shell_quote(url);
+            set_lower += " " + std::string(lower) + "=" + shell_quote(url);
+        }
         std::cout << "session    " << str(o.at("id")) << "\n"
                   << "token id   " << str(o.at("token_id")) << "\n"
                   << "expires at " << str(o.at("expires_at")) << "\n"
-                  << "proxy url  " << str(o.at("proxy_url")) << "\n\n"
-                  << "give the agent:\n  export HTTPS_PROXY=" << str(o.at("proxy_url"))
-                  << " HTTP_PROXY=" << str(o.at("proxy_url")) << '\n';
+                  << "proxy url  " << url << "\n\n"
+                  << "give the agent (both cases: curl reads only lower-case http_proxy):\n"
+                  << set_upper << '\n'
+                  << set_lower << '\n';
         return 0;
     }
     if (sub == "list") {

@@ -1,10 +1,26 @@
 #include "config/learn.hpp"
 
+#include <algorithm>
+
 namespace cordon::config {
 
 bool is_policy_reason(std::string_view reason) noexcept {
     return reason == "no_rule" || reason == "port" || reason == "protocol" ||
            reason == "method" || reason == "private_address" || reason == "unknown_job";
+}
+
+std::optional<std::vector<ip_address>> recorded_addresses(std::string_view text) {
+    std::vector<ip_address> out;
+    while (!text.empty()) {
+        const std::size_t end = std::min(text.find(' '), text.size());
+        const auto a = parse_ip(text.substr(0, end));
+        if (!a) {
+            return std::nullopt;
+        }
+        out.push_back(*a);
+        text.remove_prefix(std::min(end + 1, text.size()));
+    }
+    return out;
 }
 
 std::string_view known_reason(std::string_view reason) noexcept {

@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/decide.hpp"  // request_kind
+#include "config/ip.hpp"
 
 namespace cordon::config {
 
@@ -30,8 +33,11 @@ struct seen_request {
     std::string method;  ///< http: the method (upper case); connect: empty
     seen_outcome outcome = seen_outcome::allowed;
     std::string reason;   ///< the deny or would-deny reason; empty when allowed
-    std::string address;  ///< a non-public address it was connected to (a rule's
-                          ///< resolves_to opened it); empty otherwise
+    /// The non-public addresses serve checked for it, space-separated: of a name, every one
+    /// it resolved to (the record's `resolved`; older records: the one connected to, `ip`).
+    /// Set on allowed and would-deny requests (a rule's resolves_to opened them) and on
+    /// private_address denials; empty otherwise. See recorded_addresses().
+    std::string address;
     bool tcp_rule = false;  ///< allowed by a tcp rule (CONNECT without SNI check)
     std::uint64_t count = 0;
 };
@@ -55,6 +61,9 @@ struct seen_traffic {
     std::string first_ts;  ///< of the records used; empty when none
     std::string last_ts;
 };
+
+/// The addresses of seen_request::address; nullopt when one of them is not an address.
+std::optional<std::vector<ip_address>> recorded_addresses(std::string_view text);
 
 /// True for the deny reasons decided by the policy (decide() and check_addresses()), the
 /// only denials suggest learns from and replay re-decides.

@@ -135,12 +135,13 @@ replay_result replay(const seen_traffic& seen, const compiled_policy& p) {
         decision d = decide(a, p);
         bool undetermined = false;
         // A literal is decided by its rules alone, as the proxy does (no resolution, no
-        // resolves_to); a name's recorded address is checked as after a resolution.
-        if (d.allowed() && !r.ip_literal && !r.address.empty()) {
-            if (const auto ip = parse_ip(r.address)) {
-                const ip_address addrs[] = {*ip};
-                d = check_addresses(d, addrs);
-            }
+        // resolves_to); a name's recorded addresses (every one it resolved to) are checked as
+        // after a resolution: one the new rule does not cover refuses them all, as in serve.
+        const auto addrs = r.ip_literal || r.address.empty()
+                               ? std::nullopt
+                               : recorded_addresses(r.address);
+        if (d.allowed() && addrs) {
+            d = check_addresses(d, *addrs);
         } else if (d.allowed() && r.reason == "private_address" && !r.ip_literal) {
             // Refused before for its (unrecorded) non-public address: still refused unless
             // the new rule opens some non-public range, and then it depends on the address.

@@ -271,20 +271,24 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
             }
             a = &nets[static_cast<std::size_t>(p)][host_cidr(*ip)];
         } else {
-            // An address on the record means the policy's own rule for this name let it into
+            // Addresses on the record mean the policy's own rule for this name let it into
             // non-public space (resolves_to): allowed, or in report mode let through for a
-            // port or method that rule does not list. A human opened that; learning keeps it.
-            std::optional<ip_address> addr;
+            // port or method that rule does not list. A human opened that; learning keeps it,
+            // every address of it that serve checks (a dual-stack localhost: 127.0.0.1 and
+            // ::1), or the learned rule would be refused by serve for the one it leaves out.
+            std::optional<std::vector<ip_address>> addrs;
             if (!r.address.empty()) {
-                addr = parse_ip(r.address);
-                if (!addr || r.outcome == seen_outcome::denied) {
+                addrs = recorded_addresses(r.address);
+                if (!addrs || r.outcome == seen_outcome::denied) {
                     leave_out(r, why_private_name);
                     continue;
                 }
             }
             a = &names[static_cast<std::size_t>(p)][r.host];
-            if (addr) {
-                a->addresses.insert(host_cidr(*addr));
+            if (addrs) {
+                for (const ip_address& ip : *addrs) {
+                    a->addresses.insert(host_cidr(ip));
+                }
             }
         }
         a->ports.insert(r.port);

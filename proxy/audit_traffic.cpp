@@ -32,6 +32,7 @@ struct fields {
     std::string_view reason;
     std::string_view would_deny;
     std::string_view ip;
+    std::string_view resolved;
     std::string_view rule;
     std::string_view name;
     std::string_view repeats;
@@ -206,6 +207,11 @@ scan_result scan_fields(std::string_view s, fields& f) {
                     f.repeats = value;
                 }
                 break;
+            case 8:
+                if (key == "resolved") {
+                    f.resolved = value;
+                }
+                break;
             case 10:
                 if (key == "would_deny") {
                     f.would_deny = value;
@@ -306,15 +312,27 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         outcome = config::seen_outcome::would_deny;
         reason = f.would_deny;
     }
-    // Only a non-public address the connection reached matters (to replay resolves_to);
-    // public ones are folded so that a CDN's many addresses make one entry.
-    std::string_view address;
-    if (f.event == kind_of_event::open && !f.ip.empty()) {
-        const auto a = config::parse_ip(f.ip);  // cheaper than a cache of a day's addresses
-        if (a && !config::classify(*a).is_public()) {
-            address = f.ip;
+    // Only the non-public addresses serve checked matter (to learn and replay resolves_to):
+    // every one the name resolved to (`resolved`; older records: the one connected to, `ip`).
+    // Public ones are folded so that a CDN's many addresses make one entry.
+    address_.clear();
+    const bool private_deny = f.event == kind_of_event::deny && reason == "private_address";
+    if (f.event == kind_of_event::open || private_deny) {
+        std::string_view list = !f.resolved.empty() ? f.resolved
+                                                    : (private_deny ? std::string_view() : f.ip);
+        while (!list.empty()) {
+            const std::size_t end = std::min(list.find(' '), list.size());
+            const std::string_view one = list.substr(0, end);
+            list.remove_prefix(std::min(end + 1, list.size()));
+            const auto a = config::parse_ip(one);  // cheaper than a cache of a day's addresses
+            if (!a) {
+                address_ = "?";  // not an address: recorded_addresses() refuses it
+            } else if (!config::classify(*a).is_public() && address_ != "?") {
+                address_.append(address_.empty() ? "" : " ").append(a->to_string());
+            }
         }
     }
+    const std::string_view address = address_;
     const bool tcp_rule = f.event == kind_of_event::open && f.rule.ends_with("/tcp");
     key_.clear();
     key_.push_back(static_cast<char>('0' + static_cast<int>(outcome)));

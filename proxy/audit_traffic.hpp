@@ -60,6 +60,7 @@ private:
     std::string since_;
     std::string until_;
     std::string key_;  // scratch
+    std::string address_;  // scratch: the record's non-public addresses
     std::unordered_map<std::string, entry> requests_;
     std::unordered_map<std::string, config::seen_name> dns_;
     std::unordered_set<std::string> sessions_;

@@ -422,6 +422,15 @@ private:
         }
     }
 
+    // `resolved`: the addresses the request's name resolved to (resolve()), once; nothing
+    // for an IP literal or a kept-alive upstream (no resolution).
+    void add_resolved(audit_record& r) {
+        if (!resolved_.empty()) {
+            r.add("resolved", resolved_);
+            std::string().swap(resolved_);
+        }
+    }
+
     // Phase: answer a denial, audit it, and close.
     awaitable<void> deny(int status, deny_reason reason, std::string_view target,
                          std::string_view message = {}) {
@@ -432,6 +441,9 @@ private:
         if (!method.empty()) {
             r.add("method", method);  // CONNECT or the HTTP method: `policy replay` re-decides
         }
+        if (reason == deny_reason::private_address) {
+            add_resolved(r);
+        }
         rt_.audit(std::move(r));
         rt_.denied(denial{job, session, deny_name(reason), target, kind_name()});
         const std::string msg = message.empty() ? std::string(explain(reason)) : std::string(message);
@@ -441,6 +453,7 @@ private:
     }
 
     awaitable<void> error_reply(int status, std::string_view target, std::string_view message) {
+        std::string().swap(resolved_);  // not audited here: never carried to a later record
         auto r = rt_.record("conn.error");
         add_identity(r);
         r.add("target", target).add("status", std::int64_t{status}).add("message", message);
@@ -532,6 +545,7 @@ private:
                                    std::string& resolve_error) {
         const config::literal lit = config::parse_literal(name);
         const auto t0 = steady::now();
+        resolved_.clear();
         if (lit.kind == config::literal_kind::ipv4 || lit.kind == config::literal_kind::ipv6) {
             addresses = {lit.address};
         } else {
@@ -542,6 +556,11 @@ private:
                 co_return deny_reason::none;
             }
             addresses = std::move(result.addresses);
+            // Every address serve checks, for the audit record: `policy suggest` learns them
+            // all and `policy replay` checks them all, as this check does.
+            for (const auto& a : addresses) {
+                resolved_ += (resolved_.empty() ? "" : " ") + a.to_string();
+            }
             const config::decision checked =
                 config::check_addresses(st.decision, addresses);
             if (!checked.allowed()) {
@@ -644,6 +663,7 @@ private:
         auto r = rt_.record("conn.open");
         add_identity(r);
         r.add("target", st.target_text).add("ip", st.ip).add("method", method);
+        add_resolved(r);
         if (st.decision.rule != nullptr && fwd_ && st.decision.rule == fwd_->described_rule) {
             r.add("rule", fwd_->described);
         } else if (st.decision.rule != nullptr) {
@@ -820,6 +840,7 @@ private:
     std::shared_ptr<const config::compiled_policy> tunnel_policy_;
     std::uint64_t id_;
     std::string closed_by_;  // set when closed from outside: a kill, revocation, reload
+    std::string resolved_;   // what the last name resolved to, until audited (add_resolved)
     std::shared_ptr<session_usage> usage_;
     job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
     bool holds_slot_ = false;

@@ -7,6 +7,11 @@
 namespace cordon::shim {
 namespace {
 
+// ICMP (1) and ICMPv6 (58) by number: nft looks up protocol names that are not its own
+// keywords (ipv6-icmp) in /etc/protocols, which minimal roots and containers lack (netbase).
+constexpr std::string_view related_icmp =
+    "\t\tmeta l4proto { 1, 58 } ct state related accept comment \"icmp, ipv6-icmp\"\n";
+
 // "Loopback" and "unspecified" are config::classify's, the proxy's own definition: one table.
 bool is_loopback(const config::ip_address& a) {
     return config::classify(a).cls == config::ip_class::loopback;
@@ -382,7 +387,7 @@ firewall_result make_firewall(const firewall_spec& s) {
              "\tchain antispoof {\n"
              "\t\ttype filter hook prerouting priority raw; policy accept;\n"
              "\t\tip saddr 0.0.0.0 udp sport 68 udp dport 67 accept\n"
-             "\t\tip6 saddr :: meta l4proto ipv6-icmp accept\n" +
+             "\t\tip6 saddr :: meta l4proto 58 accept\n" +  // 58: ipv6-icmp (related_icmp)
              rpf + "\t}\n\n";
         o += "\t# Packets from sandboxes to this host: only cordon's listeners.\n"
              "\tchain input {\n"
@@ -404,8 +409,8 @@ firewall_result make_firewall(const firewall_spec& s) {
             // packets have theirs lowered before this hook, so a solicitation addressed
             // anywhere beyond this host (a raw socket's way out past cordon) is refused.
             o += "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
-                 "accept\n"
-                 "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n";
+                 "accept\n";
+            o += related_icmp;
             // The kernel routes a TCP reset without the incoming interface, and a link-local
             // address has no route without one: the reset is never sent and the client waits
             // for its timeout. An ICMPv6 error is sent out of the incoming interface, and TCP
@@ -429,7 +434,7 @@ firewall_result make_firewall(const firewall_spec& s) {
         o += "\tchain cgroup_to_cordon {\n";
         if (!s.kill) {
             o += allow_listeners(s);
-            o += "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n";
+            o += related_icmp;
         }
         o += "\t\tjump refuse\n\t}\n\n";
     }

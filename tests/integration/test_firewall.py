@@ -643,5 +643,41 @@ class FirewallCliTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+@unittest.skipIf(SKIP, SKIP or "")
+class FirewallWithoutNetbaseTest(unittest.TestCase):
+    """nft looks up a protocol name that is not one of its keywords (ipv6-icmp) in
+    /etc/protocols, and fails without it; nftables only recommends netbase, so minimal roots
+    and containers lack the file (issue 19). Every ruleset cordon prints loads (`nft -c`, in a
+    network namespace of its own) with /etc/protocols hidden."""
+
+    def test_rulesets_load_without_etc_protocols(self):
+        tmp = tempfile.mkdtemp(prefix="cordon-it-fw-")
+        try:
+            policy = os.path.join(tmp, "p.yaml")
+            with open(policy, "w") as f:
+                f.write("listen: { proxy: 10.9.0.1:3128, dns: 10.9.0.1:53 }\njobs: {}\n")
+            variants = {
+                "cidr": ["--sandbox-cidr", "10.9.0.0/24", "--sandbox-cidr", "fd00:9::/64"],
+                "iface": ["--sandbox-iface", "veth*"],
+                "both": ["--sandbox-cidr", "10.9.0.0/24", "--sandbox-iface", "veth*"],
+            }
+            variants["kill"] = variants["both"] + ["--kill"]
+            for name, args in variants.items():
+                r = subprocess.run([H.CORDON_BIN, "firewall", "--policy", policy, *args],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=20)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                rules = os.path.join(tmp, name + ".nft")
+                with open(rules, "wb") as f:
+                    f.write(r.stdout)
+                hide = ("[ ! -e /etc/protocols ] || mount --bind /dev/null /etc/protocols; "
+                        "getent protocols ipv6-icmp && exit 99; exec nft -c -f \"$0\"")
+                r = subprocess.run(["unshare", "--mount", "--net", "--propagation", "private",
+                                    "sh", "-c", hide, rules], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, timeout=20)
+                self.assertEqual(r.returncode, 0, f"{name}: {r.stderr.decode()}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main()

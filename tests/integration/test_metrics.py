@@ -427,7 +427,12 @@ class TrafficTest(MetricsCase):
         self.assertEqual(res.returncode, 0, res.stderr)
         web_block = res.stdout.split("\nweb ", 1)[1].split("\n")[1:]
         target_lines = [l for l in web_block if l.startswith("  ")]
-        self.assertEqual(len(target_lines), 1, res.stdout)
+        # One target row, then the rest of the job's denials on one line (issue 19: the
+        # rows add up to DENIED).
+        self.assertEqual(len(target_lines), 2, res.stdout)
+        self.assertRegex(target_lines[1],
+                         r"^\s+\d+  to \d+ more targets? \(--top \d+ lists them\)$")
+        self.assertEqual(sum(int(l.split()[0]) for l in target_lines), web_denied, res.stdout)
         res = H.cordon_cli(self.cordon, ["status", "--json"])
         self.assertEqual(res.returncode, 0, res.stderr)
         js = json.loads(res.stdout)

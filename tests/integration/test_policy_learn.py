@@ -45,6 +45,23 @@ def rules(section):
     return [ln.strip() for ln in section.splitlines() if ln.startswith("  - {")]
 
 
+def localhost_resolves_to():
+    """The resolves_to that suggest learns for localhost here: a /32 or /128 for each
+    address /etc/hosts gives it, as cordon's resolver reads it (Debian: 127.0.0.1 and ::1),
+    in suggest's order."""
+    addrs = set()
+    try:
+        with open("/etc/hosts") as f:
+            for line in f:
+                fields = line.split("#", 1)[0].split()
+                if len(fields) > 1 and "localhost" in (n.lower() for n in fields[1:]):
+                    addrs.add(fields[0])
+    except OSError:
+        pass
+    cidrs = sorted(f"{a}/{128 if ':' in a else 32}" for a in (addrs or {"127.0.0.1"}))
+    return "[" + ", ".join(f'"{c}"' for c in cidrs) + "]"
+
+
 class FixtureTest(unittest.TestCase):
     """The recorded fixture: a report-mode job `research` (allowed, would-deny and denied
     requests, DNS), another job's traffic, and lines naming the job only inside values."""
@@ -193,7 +210,7 @@ class LiveTrafficTest(unittest.TestCase):
                 "    task: learn my allowlist\n"
                 "    egress:\n"
                 f"      - {{ host: localhost, ports: [{self.http.port}], protocol: http, "
-                "methods: [GET], resolves_to: [127.0.0.0/8] }\n")
+                "methods: [GET], resolves_to: [127.0.0.0/8, \"::1/128\"] }\n")
         self.c = H.Cordon(jobs, self.dns.port)
         self.addCleanup(self.c.cleanup)
         self.c.start()
@@ -226,7 +243,7 @@ class LiveTrafficTest(unittest.TestCase):
         self.assertEqual(rules(p.stdout), [
             '- { host: "*.cdn.example.com", ports: [443] }',
             f'- {{ host: localhost, ports: [{self.http.port}], protocol: http, '
-            'methods: [GET, POST], resolves_to: ["127.0.0.1/32"] }',
+            f'methods: [GET, POST], resolves_to: {localhost_resolves_to()} }}',
             '- { cidr: 8.8.8.8/32, ports: [853], protocol: tcp }',
         ])
         self.assertIn("10.1.2.3:5432", p.stdout)  # left out, with why
@@ -255,6 +272,75 @@ class LiveTrafficTest(unittest.TestCase):
         r = H.run_curl(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-x",
                         self.c.proxy_url(s), "-X", "POST", "-d", "x", base])
         self.assertEqual(r.stdout, b"200")
+
+
+class SeveralAddressesTest(unittest.TestCase):
+    """Issue 19: a name with several addresses (Debian's localhost is 127.0.0.1 and ::1).
+    serve checks every address the name resolves to and refuses them all when one is not
+    covered; so suggest learns each of them, and replay of a card covering only the one
+    connected to reports what serve then refuses. Here a name served with an A and an AAAA
+    record, the origin on 127.0.0.1 only."""
+
+    def setUp(self):
+        self.http = H.HTTPOrigin()
+        self.addCleanup(self.http.stop)
+        self.dns = H.FakeDNS({"dual.test": {"A": ["127.0.0.1"], "AAAA": ["::1"]}})
+        self.addCleanup(self.dns.stop)
+        self.tmp = H.TempDir("cordon-it-learn-")
+        self.addCleanup(self.tmp.cleanup)
+        self.c = H.Cordon(self.jobs('[127.0.0.0/8, "::1/128"]'), self.dns.port)
+        self.addCleanup(self.c.cleanup)
+        self.c.start()
+
+    def jobs(self, resolves_to):
+        return ("  agent:\n"
+                "    task: reach a dual-stack name\n"
+                "    egress:\n"
+                f"      - {{ host: dual.test, ports: [{self.http.port}], protocol: http, "
+                f"methods: [GET], resolves_to: {resolves_to} }}\n")
+
+    def get(self):
+        s = self.c.create_session("agent")
+        r = H.run_curl(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-x",
+                        self.c.proxy_url(s), f"http://dual.test:{self.http.port}/"])
+        return r.stdout
+
+    def test_suggest_replay_and_serve_agree(self):
+        self.assertEqual(self.get(), b"200")
+        self.assertTrue(self.c.wait_events(lambda e: e["event"] == "conn.open", count=1))
+        opened = [e for e in self.c.audit_events() if e["event"] == "conn.open"]
+        self.assertEqual(sorted(opened[-1]["resolved"].split()), ["127.0.0.1", "::1"])
+
+        p = cordon("policy", "suggest", "--job", "agent", "--config", self.c.config_path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rules(p.stdout), [
+            f'- {{ host: dual.test, ports: [{self.http.port}], protocol: http, '
+            'methods: [GET], resolves_to: ["127.0.0.1/32", "::1/128"] }'])
+        learned = card(self.tmp, "agent", p.stdout, self.c.audit_dir)
+        r = cordon("policy", "replay", "--config", learned, "--job", "agent", "--format",
+                   "json")
+        self.assertEqual(json.loads(r.stdout)["newly_denied"], [], r.stdout + r.stderr)
+
+        # A card that covers only the address connected to: replay says newly denied...
+        narrow = card(self.tmp, "agent",
+                      f"egress:\n  - {{ host: dual.test, ports: [{self.http.port}], "
+                      'protocol: http, methods: [GET], resolves_to: ["127.0.0.1/32"] }\n',
+                      self.c.audit_dir)
+        r = cordon("policy", "replay", "--config", narrow, "--job", "agent", "--format", "json")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual([(x["target"], x["reason"]) for x in doc["newly_denied"]],
+                         [(f"dual.test:{self.http.port}", "private_address")])
+        # ...and serve, enforcing it, refuses the request.
+        self.c.write_policy(self.jobs('["127.0.0.1/32"]'))
+        status, _ = self.c.admin("POST", "/v1/reload")
+        self.assertEqual(status, 200)
+        self.assertEqual(self.get(), b"403")
+        # The learned card, enforced: allowed again.
+        self.c.write_policy(self.jobs('["127.0.0.1/32", "::1/128"]'))
+        status, _ = self.c.admin("POST", "/v1/reload")
+        self.assertEqual(status, 200)
+        self.assertEqual(self.get(), b"200")
 
 
 class ReportModeTest(unittest.TestCase):

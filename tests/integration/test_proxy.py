@@ -1043,7 +1043,7 @@ class ForwardedResponseTests(CordonTestCase):
         })
         cls.addClassCleanup(cls.origin.stop)  # after tearDownClass, or a failed setUpClass
         cls.extra_web_rules = (f"      - {{ host: localhost, ports: [{cls.origin.port}], "
-                               f"protocol: http, resolves_to: [127.0.0.0/8] }}\n")
+                               f"protocol: http, resolves_to: [127.0.0.0/8, \"::1/128\"] }}\n")
         super().setUpClass()
 
     def url(self, path):

@@ -386,9 +386,10 @@ TEST_CASE("load: the shipped examples load without errors", "[load]") {
         const job* j = p.find_job("hello-agent");
         REQUIRE(j != nullptr);
         REQUIRE(j->egress.size() == 1);
-        CHECK(j->egress[0].describe() == "localhost:8080/http");
+        CHECK(j->egress[0].describe() == "localhost:14180/http");
         CHECK(cidr_strings(j->egress[0].resolves_to) == strings{"127.0.0.1/32", "::1/128"});
         REQUIRE(p.listen.admin.has_value());
+        CHECK(p.listen.admin->to_string() == "127.0.0.1:14190");  // not prometheus's 9090
         CHECK(p.admin.token_file.has_value());
         CHECK(p.audit.retention_days == 7);
     }

@@ -249,3 +249,91 @@ TEST_CASE("audit traffic -> suggest -> replay on damaged fixture files", "[audit
         CHECK(r.newly_denied.empty());
     }
 }
+
+// Issue 19: a name with several addresses (Debian's localhost: 127.0.0.1 and ::1). serve
+// checks every address the name resolved to and refuses them all when one is not covered;
+// suggest must learn each (`resolved`), and replay must check each, as serve does.
+TEST_CASE("audit traffic -> suggest -> replay: every address a name resolved to",
+          "[audit_traffic][suggest][replay]") {
+    const std::string log =
+        R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","session":"s-1","job":"agent","client":"127.0.0.1:4000","target":"localhost:8080","ip":"127.0.0.1","resolved":"::1 127.0.0.1 93.184.216.34","method":"GET","rule":"localhost:8080/http","dns_ms":0.1,"connect_ms":0.1})"
+        "\n"
+        R"({"ts":"2026-11-29T10:00:01.000Z","event":"conn.deny","session":"s-1","job":"agent","client":"127.0.0.1:4001","reason":"private_address","target":"db.test:5432","status":403,"method":"CONNECT","resolved":"10.1.2.3 fd00::7"})"
+        "\n"
+        // An older record, before `resolved`: its `ip` stands for what was checked.
+        R"({"ts":"2026-11-29T10:00:02.000Z","event":"conn.open","session":"s-1","job":"agent","client":"127.0.0.1:4002","target":"old.test:80","ip":"10.9.0.1","method":"GET","rule":"old.test:80/http","dns_ms":0.1,"connect_ms":0.1})"
+        "\n";
+    traffic_query q;
+    q.job = "agent";
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(log, stats);
+    const config::seen_traffic t = c.finish();
+    REQUIRE(t.requests.size() == 3);
+    const auto* local = find(t, "localhost", 8080);
+    REQUIRE(local != nullptr);
+    CHECK(local->address == "::1 127.0.0.1");  // the public one folded away
+    const auto* db = find(t, "db.test", 5432);
+    REQUIRE(db != nullptr);
+    CHECK(db->address == "10.1.2.3 fd00::7");
+    const auto* old = find(t, "old.test", 80);
+    REQUIRE(old != nullptr);
+    CHECK(old->address == "10.9.0.1");
+
+    const auto psl = config::public_suffix_list::parse("");
+    const config::suggestion s = config::suggest(t, psl, {});
+    const config::suggested_rule* learned = nullptr;
+    for (const auto& r : s.rules) {
+        if (r.host == "localhost") {
+            learned = &r;
+        }
+    }
+    REQUIRE(learned != nullptr);
+    CHECK(learned->resolves_to == std::vector<std::string>{"127.0.0.1/32", "::1/128"});
+
+    const auto policy = [](std::string_view egress) {
+        std::string text = "listen: { proxy: 127.0.0.1:3128 }\njobs:\n  agent:\n    task: t\n"
+                           "    egress:\n" +
+                           std::string(egress);
+        config::load_result lr = config::load_policy(text, "p.yaml");
+        REQUIRE(lr.ok());
+        return config::compile(std::move(*lr.value));
+    };
+    SECTION("the card learned from it: nothing newly denied") {
+        const auto p = policy(
+            "      - { host: localhost, ports: [8080], protocol: http, methods: [GET],\n"
+            "          resolves_to: [127.0.0.1/32, \"::1/128\"] }\n"
+            "      - { host: old.test, ports: [80], protocol: http,\n"
+            "          resolves_to: [10.9.0.1/32] }\n");
+        const config::replay_result r = config::replay(t, *p);
+        CHECK(r.newly_denied.empty());
+        CHECK(r.same_allowed == 2);
+        CHECK(r.same_denied == 1);  // db.test: still no resolves_to
+        CHECK(r.undetermined.empty());
+    }
+    SECTION("a card covering only the address connected to: newly denied, as serve does") {
+        const auto p = policy(
+            "      - { host: localhost, ports: [8080], protocol: http, methods: [GET],\n"
+            "          resolves_to: [127.0.0.1/32] }\n"
+            "      - { host: old.test, ports: [80], protocol: http, resolves_to: [10.9.0.1/32] }\n"
+            "      - { host: db.test, ports: [5432], protocol: tcp, resolves_to: [10.0.0.0/8] }\n");
+        const config::replay_result r = config::replay(t, *p);
+        REQUIRE(r.newly_denied.size() == 1);
+        CHECK(r.newly_denied[0].target == "localhost:8080");
+        CHECK(r.newly_denied[0].now_reason == "private_address");
+        // db.test's recorded addresses decide it: fd00::7 is still not covered (no longer
+        // "undetermined", as a denial without `resolved` is).
+        CHECK(r.undetermined.empty());
+        CHECK(r.newly_allowed.empty());
+        CHECK(r.same_denied == 1);
+    }
+    SECTION("every recorded address covered: a denial becomes newly allowed") {
+        const auto p = policy(
+            "      - { host: db.test, ports: [5432], protocol: tcp,\n"
+            "          resolves_to: [10.0.0.0/8, \"fd00::/8\"] }\n");
+        const config::replay_result r = config::replay(t, *p);
+        REQUIRE(r.newly_allowed.size() == 1);
+        CHECK(r.newly_allowed[0].target == "db.test:5432");
+        CHECK(r.undetermined.empty());
+    }
+}

@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 using cordon::shim::add_sandbox_cidr;
 using cordon::shim::firewall_spec;
 using cordon::shim::make_firewall;
@@ -67,7 +70,7 @@ TEST_CASE("firewall: sandbox networks reach only the proxy and DNS", "[shim][fir
           "\t\tip daddr 172.30.0.2 tcp dport 53 accept comment \"cordon dns\"\n"
           "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 "
           "accept\n"
-          "\t\tmeta l4proto { icmp, ipv6-icmp } ct state related accept\n"
+          "\t\tmeta l4proto { 1, 58 } ct state related accept comment \"icmp, ipv6-icmp\"\n"
           "\t\tip6 saddr fe80::/10 meta l4proto tcp reject with icmpx admin-prohibited "
           "comment \"no route for a TCP reset to link-local\"\n"
           "\t\tjump refuse");
@@ -418,4 +421,39 @@ TEST_CASE("firewall: interface patterns match as nft's iifname", "[shim][firewal
     CHECK(iface_matches("veth*", "veth1a2b"));
     CHECK_FALSE(iface_matches("veth*", "vet"));
     CHECK_FALSE(iface_matches("veth*", "xveth0"));
+}
+
+// nft resolves a protocol name that is not one of its keywords (tcp, udp, icmp...) through
+// /etc/protocols, and fails without it ("Could not resolve protocol name"): minimal roots and
+// containers have no netbase. Every `meta l4proto` of every variant names tcp or numbers.
+TEST_CASE("firewall: protocols by number, no /etc/protocols needed", "[shim][firewall]") {
+    std::vector<firewall_spec> specs;
+    specs.push_back(base());
+    specs.push_back(base());
+    REQUIRE(cordon::shim::add_sandbox_iface("br-sbx", specs.back().sandbox_ifaces).empty());
+    specs.push_back(specs.back());
+    specs.back().cgroup = "cordon.slice/agents";
+    specs.push_back(specs.back());
+    specs.back().kill = true;
+    for (const auto& s : specs) {
+        const auto r = make_firewall(s);
+        REQUIRE(r.ok());
+        const std::string& t = r.ruleset;
+        std::size_t seen = 0;
+        for (auto at = t.find("l4proto "); at != std::string::npos;
+             at = t.find("l4proto ", at + 1)) {
+            std::string value = t.substr(at + 8, t.find_first_of(" \n", at + 8) - at - 8);
+            if (value == "{") {
+                const auto close = t.find('}', at);
+                value = t.substr(at + 10, close - at - 11);
+            }
+            INFO(value);
+            CHECK((value == "tcp" || value.find_first_not_of("0123456789, ") ==
+                                         std::string::npos));
+            ++seen;
+        }
+        CHECK(seen >= (s.kill ? 1u : 3u));
+        CHECK_FALSE(has(t, "l4proto ipv6-icmp"));
+        CHECK_FALSE(has(t, "l4proto { icmp"));
+    }
 }
