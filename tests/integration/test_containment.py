@@ -79,6 +79,11 @@ class ContainmentTest(unittest.TestCase):
             "  keyed:\n"
             "    task: a job card variable that holds an AWS secret access key\n"
             "    env: [AWS_SECRET_ACCESS_KEY]\n")
+        # The agent, where --user nobody can read it (a clone under /root is not readable).
+        global AGENT
+        AGENT = cls.tmp.join("escape_agent.py")
+        shutil.copy(os.path.join(AGENTS, "escape_agent.py"), AGENT)
+        os.chmod(AGENT, 0o644)
         cls.cordon = H.Cordon(jobs, UP.port, listen_dns="127.0.0.1:0")
         try:
             cls.cordon.start()

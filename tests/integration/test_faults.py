@@ -328,9 +328,9 @@ class StateDurability(FaultCase):
         c.create_session("agent")
         files = [p for p in glob.glob(os.path.join(c.state_dir, "*")) if os.path.isfile(p)]
         self.assertTrue(files)
+        chattr(self, "+i", files)  # skips (before any cleanup is due) without chattr(1)
         self.addCleanup(subprocess.run, ["chattr", "-i"] + files, stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL, timeout=20)
-        chattr(self, "+i", files)
         st, body, _ = self.timed_kill(c)
         self.assertEqual(st, 200, body)
         time.sleep(0.3)
