@@ -64,7 +64,7 @@
 #include <vector>
 
 #include "bench/bench_args.hpp"
-#include "proxy/basic_auth.hpp"
+#include "proxy/data/basic_auth.hpp"
 
 namespace {
 
@@ -292,7 +292,7 @@ void bench::load_sessions() {
         const std::string target = o_.target_name + ":" + std::to_string(o_.sink_port);
         connect_req_.push_back("CONNECT " + target + " HTTP/1.1\r\nHost: " + target +
                                "\r\nProxy-Authorization: Basic " +
-                               cordon::proxy::base64_encode(line) + "\r\n\r\n");
+                               cordon::proxy::data::base64_encode(line) + "\r\n\r\n");
     }
     if (ids_.empty()) {
         fail("no SESSION_ID:TOKEN line in " + o_.sessions_file);

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "bench/bench_args.hpp"
-#include "proxy/basic_auth.hpp"
+#include "proxy/data/basic_auth.hpp"
 
 namespace {
 
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
         arg(argc, argv, "--target", "localhost:" + std::to_string(sink_port));
     std::string connect_req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n";
     if (!auth.empty()) {
-        connect_req += "Proxy-Authorization: Basic " + cordon::proxy::base64_encode(auth) + "\r\n";
+        connect_req += "Proxy-Authorization: Basic " + cordon::proxy::data::base64_encode(auth) + "\r\n";
     }
     connect_req += "\r\n";
     // --relay: a plain TCP relay (no CONNECT) in front of the sink, e.g. haproxy in TCP mode.

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "bench/bench_args.hpp"
-#include "proxy/basic_auth.hpp"
+#include "proxy/data/basic_auth.hpp"
 
 namespace {
 
@@ -79,7 +79,7 @@ int connect_to(const sockaddr_in& a) {
 void proxy_connect(int fd, const std::string& target, const std::string& auth) {
     std::string req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n";
     if (!auth.empty()) {  // none for a client the proxy admits by address
-        req += "Proxy-Authorization: Basic " + cordon::proxy::base64_encode(auth) + "\r\n";
+        req += "Proxy-Authorization: Basic " + cordon::proxy::data::base64_encode(auth) + "\r\n";
     }
     req += "\r\n";
     if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {

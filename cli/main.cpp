@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli/verbs.hpp"
-#include "proxy/error_text.hpp"
+#include "common/error_text.hpp"
 
 namespace {
 
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
                 return v.run(cordon::cli::args(all).subspan(1));
             } catch (const std::exception& e) {
                 std::cerr << "cordon " << first
-                          << ": unexpected error: " << cordon::proxy::without_location(e)
+                          << ": unexpected error: " << cordon::common::without_location(e)
                           << '\n';
                 return 1;
             }

@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "common/time.hpp"
 #include "cli/verbs.hpp"
 #include "config/load.hpp"
-#include "proxy/audit_timeline.hpp"
+#include "proxy/audit/audit_timeline.hpp"
 
 namespace cordon::cli {
 namespace {
@@ -101,12 +102,12 @@ int audit(args in) {
         return fail_usage("--audit and --config are alternatives");
     }
     std::string window_error;
-    const auto window = proxy::parse_time_window(since_text, until_text,
-                                                 proxy::wall_clock::now(), window_error);
+    const auto window = proxy::audit::parse_time_window(since_text, until_text,
+                                                 common::wall_clock::now(), window_error);
     if (!window) {
         return fail_usage(window_error);
     }
-    proxy::timeline_query q;
+    proxy::audit::timeline_query q;
     q.session = *session;
     q.since = window->since;
     q.until = window->until;
@@ -125,12 +126,12 @@ int audit(args in) {
     }
 
     const auto t0 = std::chrono::steady_clock::now();
-    proxy::timeline_stats stats;
+    proxy::audit::timeline_stats stats;
     std::string error;
-    const auto events = proxy::read_timeline(*dir, q, stats, error);
+    const auto events = proxy::audit::read_timeline(*dir, q, stats, error);
     std::string out;
     for (const auto& e : events) {
-        out += as_json ? e.line : proxy::format_timeline_event(e.line);
+        out += as_json ? e.line : proxy::audit::format_timeline_event(e.line);
         out += '\n';
         if (out.size() >= 1 << 16) {
             std::fwrite(out.data(), 1, out.size(), stdout);
@@ -144,7 +145,7 @@ int audit(args in) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::fprintf(stderr, "cordon audit: %llu files, %s searched, %llu lines parsed, %.3f s\n",
                      static_cast<unsigned long long>(stats.files),
-                     proxy::human_bytes(stats.bytes).c_str(),
+                     proxy::audit::human_bytes(stats.bytes).c_str(),
                      static_cast<unsigned long long>(stats.parsed), s);
     }
     if (stats.malformed > 0) {

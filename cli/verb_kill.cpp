@@ -11,7 +11,7 @@
 
 #include "cli/admin_client.hpp"
 #include "cli/verbs.hpp"
-#include "proxy/error_text.hpp"
+#include "common/error_text.hpp"
 
 namespace cordon::cli {
 namespace {
@@ -86,7 +86,7 @@ int post(const admin_target& t, std::string_view verb, const std::string& method
         out = std::move(v.as_object());
         return 0;
     } catch (const std::exception& e) {
-        std::cerr << "cordon " << verb << ": " << proxy::without_location(e) << '\n';
+        std::cerr << "cordon " << verb << ": " << common::without_location(e) << '\n';
         return 1;
     }
 }
@@ -231,7 +231,7 @@ int token(args in) {
                 }
             }
         } catch (const std::exception& e) {
-            std::cerr << "cordon token revoke: " << proxy::without_location(e) << '\n';
+            std::cerr << "cordon token revoke: " << common::without_location(e) << '\n';
             return 1;
         }
     }
@@ -245,7 +245,7 @@ int token(args in) {
             }
             closed += json::parse(r.body).at("connections_closed").to_number<std::uint64_t>();
         } catch (const std::exception& e) {
-            std::cerr << "cordon token revoke: " << proxy::without_location(e) << '\n';
+            std::cerr << "cordon token revoke: " << common::without_location(e) << '\n';
             return 1;
         }
     }

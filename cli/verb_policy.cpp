@@ -11,14 +11,15 @@
 #include <optional>
 #include <string>
 
+#include "common/time.hpp"
 #include "cli/verbs.hpp"
 #include "config/decide.hpp"
 #include "config/load.hpp"
-#include "config/public_suffix.hpp"
-#include "config/replay.hpp"
-#include "config/suggest.hpp"
-#include "proxy/audit_timeline.hpp"  // parse_time_window, human_bytes
-#include "proxy/audit_traffic.hpp"
+#include "config/learn/public_suffix.hpp"
+#include "config/learn/replay.hpp"
+#include "config/learn/suggest.hpp"
+#include "proxy/audit/audit_timeline.hpp"  // parse_time_window, human_bytes
+#include "proxy/audit/audit_traffic.hpp"
 
 namespace cordon::cli {
 namespace {
@@ -96,7 +97,7 @@ struct options {
     std::optional<std::string_view> until_text;
     std::optional<std::string> format;
     std::optional<std::size_t> siblings;
-    std::string psl_path{config::default_public_suffix_path};
+    std::string psl_path{learn::default_public_suffix_path};
     bool psl_given = false;
     bool stats = false;
 };
@@ -150,10 +151,10 @@ std::optional<int> parse(args in, options& o) {
     return std::nullopt;
 }
 
-std::optional<int> time_window(const options& o, proxy::traffic_query& q) {
+std::optional<int> time_window(const options& o, proxy::audit::traffic_query& q) {
     std::string error;
     const auto window =
-        proxy::parse_time_window(o.since_text, o.until_text, proxy::wall_clock::now(), error);
+        proxy::audit::parse_time_window(o.since_text, o.until_text, common::wall_clock::now(), error);
     if (!window) {
         return fail_usage(error);
     }
@@ -174,12 +175,12 @@ std::optional<config::policy> load(const std::string& file) {
 }
 
 // Reads the job's traffic; prints --stats and warnings. False (after saying why) on error.
-bool read(const options& o, const proxy::traffic_query& q, const std::string& dir,
-          config::seen_traffic& out) {
+bool read(const options& o, const proxy::audit::traffic_query& q, const std::string& dir,
+          learn::seen_traffic& out) {
     const auto t0 = std::chrono::steady_clock::now();
-    proxy::traffic_stats stats;
+    proxy::audit::traffic_stats stats;
     std::string error;
-    out = proxy::read_traffic(dir, q, stats, error);
+    out = proxy::audit::read_traffic(dir, q, stats, error);
     if (o.stats) {
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -187,7 +188,7 @@ bool read(const options& o, const proxy::traffic_query& q, const std::string& di
                      "cordon policy: %llu files, %s searched, %llu lines of the job read, "
                      "%llu records used, %zu distinct requests, %.3f s\n",
                      static_cast<unsigned long long>(stats.files),
-                     proxy::human_bytes(stats.bytes).c_str(),
+                     proxy::audit::human_bytes(stats.bytes).c_str(),
                      static_cast<unsigned long long>(stats.lines),
                      static_cast<unsigned long long>(stats.used), out.requests.size(), s);
     }
@@ -214,7 +215,7 @@ int suggest(const options& o) {
     if (o.dir && o.config_file) {
         return fail_usage("--audit and --config are alternatives");
     }
-    proxy::traffic_query q;
+    proxy::audit::traffic_query q;
     q.job = *o.job;
     if (const auto rc = time_window(o, q)) {
         return *rc;
@@ -236,20 +237,20 @@ int suggest(const options& o) {
                   << "; give another with --public-suffix-list FILE\n";
         return 1;
     }
-    const config::public_suffix_list psl = config::public_suffix_list::parse(*psl_text);
+    const learn::public_suffix_list psl = learn::public_suffix_list::parse(*psl_text);
     if (psl.size() < 100) {
         std::cerr << "cordon policy suggest: " << o.psl_path
                   << " holds almost no rules; is it the public suffix list?\n";
         return 1;
     }
-    config::seen_traffic seen;
+    learn::seen_traffic seen;
     if (!read(o, q, dir, seen)) {
         return 1;
     }
-    config::suggest_options so;
+    learn::suggest_options so;
     so.siblings = o.siblings.value_or(3);
-    const config::suggestion s = config::suggest(seen, psl, so);
-    const std::string out = format == "json" ? config::render_json(s) : config::render_yaml(s);
+    const learn::suggestion s = learn::suggest(seen, psl, so);
+    const std::string out = format == "json" ? learn::render_json(s) : learn::render_yaml(s);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
     if (seen.requests.empty() && seen.dns.empty()) {
@@ -271,7 +272,7 @@ int replay(const options& o) {
     if (o.siblings || o.psl_given) {
         return fail_usage("--siblings and --public-suffix-list are suggest options");
     }
-    proxy::traffic_query q;
+    proxy::audit::traffic_query q;
     q.job = *o.job;
     if (const auto rc = time_window(o, q)) {
         return *rc;
@@ -287,7 +288,7 @@ int replay(const options& o) {
     }
     const std::string dir = o.dir.value_or(p->audit.path);
     const auto compiled = config::compile(std::move(*p));
-    config::seen_traffic seen;
+    learn::seen_traffic seen;
     if (!read(o, q, dir, seen)) {
         return 1;
     }
@@ -297,9 +298,9 @@ int replay(const options& o) {
                   << '\n';
         return 1;
     }
-    const config::replay_result r = config::replay(seen, *compiled);
-    const std::string out = format == "json" ? config::render_json(r, *o.config_file)
-                                             : config::render_table(r, *o.config_file);
+    const learn::replay_result r = learn::replay(seen, *compiled);
+    const std::string out = format == "json" ? learn::render_json(r, *o.config_file)
+                                             : learn::render_table(r, *o.config_file);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
     if (!r.newly_denied.empty()) {

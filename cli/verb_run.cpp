@@ -13,7 +13,7 @@
 #include "cli/admin_client.hpp"
 #include "cli/verbs.hpp"
 #include "config/units.hpp"
-#include "proxy/error_text.hpp"
+#include "common/error_text.hpp"
 #include "shims/run.hpp"
 
 namespace cordon::cli {
@@ -203,7 +203,7 @@ int run(args a) {
     try {
         return shim::run(o, admin);
     } catch (const std::exception& e) {
-        std::cerr << "cordon run: " << proxy::without_location(e) << '\n';
+        std::cerr << "cordon run: " << common::without_location(e) << '\n';
         return 1;
     }
 }

@@ -6,11 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "common/time.hpp"
 #include "cli/admin_client.hpp"
 #include "cli/verbs.hpp"
 #include "config/load.hpp"
-#include "proxy/worksheet.hpp"
-#include "proxy/worksheet_render.hpp"
+#include "proxy/report/worksheet.hpp"
+#include "proxy/report/worksheet_render.hpp"
 
 namespace cordon::cli {
 namespace {
@@ -57,9 +58,9 @@ int from_file(const std::string& file, const std::string& job, bool markdown) {
         std::cerr << "cordon worksheet: no job " << job << " in " << file << '\n';
         return 1;
     }
-    const proxy::worksheet::model m = proxy::worksheet::build(
-        *r.value, *j, std::nullopt, proxy::worksheet::origin{file, proxy::wall_clock::now()});
-    std::cout << (markdown ? proxy::worksheet::to_markdown(m) : proxy::worksheet::to_json(m));
+    const proxy::report::model m = proxy::report::build(
+        *r.value, *j, std::nullopt, proxy::report::origin{file, common::wall_clock::now()});
+    std::cout << (markdown ? proxy::report::to_markdown(m) : proxy::report::to_json(m));
     return 0;
 }
 

@@ -171,7 +171,7 @@ struct audit_spec {
     std::uint64_t max_file_bytes = 256ull * 1024 * 1024;
 };
 
-/// The alert webhook: denials coalesced per session into JSON POSTs (proxy/webhook.hpp).
+/// The alert webhook: denials coalesced per session into JSON POSTs (proxy/alerts/webhook.hpp).
 struct webhook_spec {
     std::string url;  ///< http(s); may embed a secret: log only config::http_url::origin()
     std::chrono::milliseconds interval{60'000};   ///< coalescing window per session

@@ -4,6 +4,7 @@
 // control thread (this one) for the admin API, signals and the token-expiry sweep. The DNS
 // server runs on the first worker's thread.
 
+#include "common/time.hpp"
 #include "proxy/daemon.hpp"
 
 #include <ifaddrs.h>
@@ -18,10 +19,12 @@
 
 #include "config/load.hpp"
 #include "dns/asio_address.hpp"
-#include "proxy/capacity.hpp"
+#include "proxy/admin/admin_api.hpp"
+#include "proxy/control/capacity.hpp"
+#include "proxy/data/client_conn.hpp"
 #include "proxy/dns_hook.hpp"
-#include "proxy/error_text.hpp"
-#include "proxy/runtime.hpp"
+#include "common/error_text.hpp"
+#include "proxy/control/runtime.hpp"
 
 namespace cordon::proxy {
 namespace {
@@ -200,8 +203,8 @@ int run_daemon(const daemon_options& opts) {
     const unsigned threads =
         opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
     // The descriptor budget: what the kill needs is reserved, the listeners are capped
-    // below the limit (proxy/capacity.hpp). Too low a limit for that is refused here.
-    capacity_inputs cin;
+    // below the limit (proxy/control/capacity.hpp). Too low a limit for that is refused here.
+    control::capacity_inputs cin;
     cin.descriptor_limit = descriptor_limit;
     cin.workers = threads;
     cin.dns = pol.listen.dns.has_value();
@@ -211,7 +214,7 @@ int run_daemon(const daemon_options& opts) {
         pol.dns.tcp_max_connections, std::max<std::size_t>(1, descriptor_limit / 4));
     cin.admin = pol.listen.admin.has_value();
     cin.configured_max_connections = pol.proxy.max_connections;
-    const capacity limits = plan_capacity(cin);
+    const control::capacity limits = control::plan_capacity(cin);
     if (!limits.error.empty()) {
         std::cerr << "cordon: refusing to start: " << limits.error << '\n';
         return 1;
@@ -233,13 +236,13 @@ int run_daemon(const daemon_options& opts) {
                          "and audited (would_deny)\n";
         }
     }
-    audit_options aopts;
+    audit::audit_options aopts;
     aopts.dir = pol.audit.path;
     aopts.retention_days = pol.audit.retention_days;
     aopts.max_file_bytes = pol.audit.max_file_bytes;
     // The writer retries about five times a second while the disk fails: say so once per
     // 10 s with how many failures there were, not on every retry.
-    auto audit = std::make_unique<audit_log>(aopts, [](const std::string& e) {
+    auto audit = std::make_unique<audit::audit_log>(aopts, [](const std::string& e) {
         static std::atomic<std::int64_t> last_said{std::numeric_limits<std::int64_t>::min() / 2};
         static std::atomic<std::uint64_t> unsaid{0};
         const auto now_s = std::chrono::duration_cast<std::chrono::seconds>(
@@ -284,7 +287,7 @@ int run_daemon(const daemon_options& opts) {
     const std::string pol_audit_path = pol.audit.path;
 
     const std::string state_dir = pol.state.path;
-    runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
+    control::runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
     // A network kill closes the resolvers' gate: lookups in flight (the proxy's and the DNS
     // listener's) are cancelled before c-ares can send a retry or hand over an answer.
     ropts.upstream_allowed = [&rt] {
@@ -295,9 +298,9 @@ int run_daemon(const daemon_options& opts) {
     // Durable state: kills, sessions, token hashes, revocations. If it cannot be read, start
     // with the network kill engaged and say why (fail closed); never reset the file.
     std::uint64_t last_event = 0;
-    rt.store = state_store::open(state_dir, rt.store_error);
+    rt.store = control::state_store::open(state_dir, rt.store_error);
     if (rt.store) {
-        state_store::loaded loaded_state;
+        control::state_store::loaded loaded_state;
         if (rt.store->load(loaded_state, rt.store_error)) {
             rt.sessions.restore(std::move(loaded_state.sessions));
             rt.kill_info = loaded_state.kill;
@@ -309,22 +312,22 @@ int run_daemon(const daemon_options& opts) {
     }
     if (!rt.store) {
         rt.network_killed = true;
-        rt.kill_info = kill_state{true, "state store unreadable: " + rt.store_error,
+        rt.kill_info = control::kill_state{true, "state store unreadable: " + rt.store_error,
                                   "cordon", rt.now()};
         std::cerr << "cordon: state " << state_dir << ": " << rt.store_error
                   << "\ncordon: starting with the network kill ENGAGED (fail closed); the "
                      "file was left as it is\n";
     } else if (rt.network_killed) {
-        std::cerr << "cordon: the network kill is engaged (since " << format_rfc3339(rt.kill_info.at)
+        std::cerr << "cordon: the network kill is engaged (since " << common::format_rfc3339(rt.kill_info.at)
                   << ", by " << rt.kill_info.by << ": " << rt.kill_info.reason << ")\n";
     }
-    state_store* store_ptr = rt.store.get();
-    rt.events = std::make_unique<event_bus>(
-        [store_ptr](const event& e) -> std::uint64_t {
+    control::state_store* store_ptr = rt.store.get();
+    rt.events = std::make_unique<control::event_bus>(
+        [store_ptr](const control::event& e) -> std::uint64_t {
             if (store_ptr == nullptr) {
                 return 0;
             }
-            stored_event s{0, wall_clock::now(), e.type, e.session, e.json};
+            control::stored_event s{0, common::wall_clock::now(), e.type, e.session, e.json};
             std::string append_error;
             if (!store_ptr->append_event(s, append_error)) {
                 std::cerr << "cordon: state store: " << append_error << '\n';
@@ -337,9 +340,9 @@ int run_daemon(const daemon_options& opts) {
     // Denial bursts and the alert webhook: its own thread, started by configure() webhook or
     // not (bursts are counted either way); denials reach it through runtime::denied().
     // Delivery failures (after the last retry) are audited as alert.error, without the URL.
-    rt.notifier = std::make_unique<denial_notifier>(denial_notifier::callbacks{
+    rt.notifier = std::make_unique<alerts::denial_notifier>(alerts::denial_notifier::callbacks{
         [&rt](const std::string& job) { rt.stats.count_denial_burst(job); },
-        [&rt](const delivery_failure& f) {
+        [&rt](const alerts::delivery_failure& f) {
             auto rec = rt.record("alert.error");
             rec.add("webhook", f.webhook)
                 .add("job", f.job)
@@ -374,7 +377,7 @@ int run_daemon(const daemon_options& opts) {
         }
         where = from_endpoint(bind_ep).to_string();
         for (unsigned i = 0; i < threads; ++i) {
-            auto w = std::make_unique<worker>(i);
+            auto w = std::make_unique<control::worker>(i);
             w->pipes.set_limit(limits.pipes_per_worker);
             w->resolver = dns::make_resolver(w->ioc, ropts);
             proxy_acceptors.push_back(make_acceptor(w->ioc, bind_ep, true));
@@ -395,7 +398,7 @@ int run_daemon(const daemon_options& opts) {
             where = dopts.listen.to_string();
             const auto tables = dns::server::make_tables();
             for (std::size_t i = 0; i < n; ++i) {
-                worker& w = *rt.workers[i];
+                control::worker& w = *rt.workers[i];
                 dns_servers.push_back(
                     std::make_unique<dns::server>(w.ioc, *w.resolver, hook, dopts, tables));
                 dopts.listen = dns_servers.back()->local_endpoint();
@@ -418,7 +421,7 @@ int run_daemon(const daemon_options& opts) {
     } catch (const std::exception& e) {
         // The system's reason only: Boost's what() would add its own source location.
         std::cerr << "cordon: refusing to start: cannot listen on " << where << " (" << listener
-                  << "): " << reason_of(e) << '\n';
+                  << "): " << common::reason_of(e) << '\n';
         return 1;
     }
     rt.self.local = local_addresses();
@@ -426,11 +429,11 @@ int run_daemon(const daemon_options& opts) {
     // proxy.max_connections, lowered to what the descriptor budget leaves (limits.note).
     const std::size_t max_conns = limits.max_connections;
     for (std::size_t i = 0; i < rt.workers.size(); ++i) {
-        worker& w = *rt.workers[i];
+        control::worker& w = *rt.workers[i];
         net::co_spawn(w.ioc,
                       accept_loop(proxy_acceptors[i], "proxy", max_conns, &rt.open_connections,
                                   [&rt, &w](tcp::socket s) {
-                                      net::co_spawn(w.ioc, serve_client(rt, w, std::move(s)),
+                                      net::co_spawn(w.ioc, data::serve_client(rt, w, std::move(s)),
                                                     net::detached);
                                   }),
                       net::detached);
@@ -441,7 +444,7 @@ int run_daemon(const daemon_options& opts) {
                                   &rt.admin_connections,
                                   [&rt, &control, &admin_token](tcp::socket s) {
                                       net::co_spawn(control,
-                                                    serve_admin(rt, admin_token, std::move(s)),
+                                                    admin::serve_admin(rt, admin_token, std::move(s)),
                                                     net::detached);
                                   }),
                       net::detached);
@@ -478,8 +481,8 @@ int run_daemon(const daemon_options& opts) {
                 net::co_spawn(
                     control,
                     [&rt, expired = std::move(expired)]() -> awaitable<void> {
-                        const std::function<bool(const live_connection&)> of_expired =
-                            [&expired](const live_connection& c) {
+                        const std::function<bool(const control::live_connection&)> of_expired =
+                            [&expired](const control::live_connection& c) {
                                 for (const auto& [sid, tid] : expired) {
                                     if (c.session == sid && c.token_id == tid) {
                                         return true;
@@ -526,7 +529,7 @@ int run_daemon(const daemon_options& opts) {
             control,
             [&]() -> awaitable<void> {
                 // Stop accepting on each worker's own thread, then close what is open.
-                const std::function<std::size_t(worker&)> stop_accepting = [&](worker& w) {
+                const std::function<std::size_t(control::worker&)> stop_accepting = [&](control::worker& w) {
                     error_code e;
                     proxy_acceptors[w.index].close(e);
                     if (w.index < dns_servers.size()) {
@@ -535,8 +538,8 @@ int run_daemon(const daemon_options& opts) {
                     return std::size_t{0};
                 };
                 co_await rt.on_workers(stop_accepting);
-                const std::function<bool(const live_connection&)> all =
-                    [](const live_connection&) { return true; };
+                const std::function<bool(const control::live_connection&)> all =
+                    [](const control::live_connection&) { return true; };
                 const std::string why = "shutdown";
                 co_await rt.close_where(all, why);
                 // Give the closed connections a moment to write their conn.close records.
@@ -577,7 +580,7 @@ int run_daemon(const daemon_options& opts) {
     arm_hup();
 
     for (auto& w : rt.workers) {
-        worker* wp = w.get();
+        control::worker* wp = w.get();
         wp->thread = std::thread([wp] {
             for (;;) {
                 try {
@@ -585,7 +588,7 @@ int run_daemon(const daemon_options& opts) {
                     return;
                 } catch (const std::exception& e) {
                     // A bug in one connection must not take the data plane down.
-                    std::cerr << "cordon: worker " << wp->index << ": " << without_location(e)
+                    std::cerr << "cordon: worker " << wp->index << ": " << common::without_location(e)
                               << '\n';
                 }
             }
@@ -617,7 +620,7 @@ int run_daemon(const daemon_options& opts) {
             control.run();
             break;
         } catch (const std::exception& e) {
-            std::cerr << "cordon: control: " << without_location(e) << '\n';
+            std::cerr << "cordon: control: " << common::without_location(e) << '\n';
         }
     }
     for (auto& w : rt.workers) {

@@ -73,14 +73,14 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
                 v.reason = "auth";
                 return v;
             }
-            const auth_result a =
+            const control::auth_result a =
                 rt_.sessions.authenticate(opt.data.substr(0, colon), opt.data.substr(colon + 1));
             if (!a.ok()) {
-                v.reason = a.status == auth_status::session_killed ? "session_killed"
-                           : a.status == auth_status::bad_credentials
+                v.reason = a.status == control::auth_status::session_killed ? "session_killed"
+                           : a.status == control::auth_status::bad_credentials
                                ? "auth"
                                : std::string(to_string(a.status));
-                if (a.status != auth_status::bad_credentials) {
+                if (a.status != control::auth_status::bad_credentials) {
                     v.job = a.job;
                     v.session = opt.data.substr(0, colon);
                 }
@@ -112,7 +112,7 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
 void dns_hook::count(const config::ip_address&, const dns::question& q, const dns::verdict& v,
                      std::uint64_t n) {
     if (!v.allow) {
-        rt_.denied(denial{v.job, v.session, v.reason, q.name, "dns", n});
+        rt_.denied(control::denial{v.job, v.session, v.reason, q.name, "dns", n});
     }
     if (v.allow && !v.reason.empty()) {
         rt_.stats.count_dns_would_deny(v.job, n);  // report mode

@@ -3,7 +3,7 @@
 // sharing the proxy's policy, sessions and kill state.
 
 #include "dns/server.hpp"
-#include "proxy/runtime.hpp"
+#include "proxy/control/runtime.hpp"
 
 namespace cordon::proxy {
 
@@ -11,7 +11,7 @@ namespace cordon::proxy {
 /// which are.
 class dns_hook final : public dns::policy_hook {
 public:
-    explicit dns_hook(runtime& rt) : rt_(rt) {}
+    explicit dns_hook(control::runtime& rt) : rt_(rt) {}
     dns::verdict decide(const config::ip_address& client, const dns::query& q) override;
     void count(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
                std::uint64_t n) override;
@@ -21,7 +21,7 @@ public:
     void tcp_refused(const config::ip_address& client) override;
 
 private:
-    runtime& rt_;
+    control::runtime& rt_;
 };
 
 }  // namespace cordon::proxy

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "config/utf8.hpp"
+#include "common/utf8.hpp"
 
 namespace cordon::shim {
 namespace {
@@ -33,7 +33,7 @@ constexpr std::uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_ONL
 constexpr double walk_rate = 20'000;
 constexpr double report_rate = 500;
 constexpr std::size_t max_depth = 512;
-// cordon takes file.write paths of at most 4096 bytes (proxy/shim_event.cpp).
+// cordon takes file.write paths of at most 4096 bytes (proxy/audit/shim_event.cpp).
 constexpr std::size_t max_reported_path = 4096;
 
 using clock = std::chrono::steady_clock;
@@ -72,7 +72,7 @@ std::string printable_path(std::string_view path) {
     std::string out;
     out.reserve(path.size());
     while (!path.empty()) {
-        const auto s = config::utf8::next(path);
+        const auto s = common::utf8::next(path);
         if (s.valid) {
             out.append(path.substr(0, s.length));
         } else {

@@ -1,4 +1,4 @@
-// Fuzzes what the audit log writes from hostile bytes (proxy/audit.hpp, config/json_string.hpp):
+// Fuzzes what the audit log writes from hostile bytes (proxy/audit/audit.hpp, common/json_string.hpp):
 // request targets, host names, SNI and tool arguments reach these as they came. The input is
 // split (first byte) into a field name and a value. Checked, any violation traps:
 //  - both escaper forms are valid JSON strings; they decode to the same text; that text is
@@ -15,10 +15,11 @@
 
 #include <boost/json.hpp>
 
-#include "config/json_string.hpp"
-#include "config/utf8.hpp"
-#include "proxy/audit.hpp"
-#include "proxy/redact.hpp"
+#include "common/time.hpp"
+#include "common/json_string.hpp"
+#include "common/utf8.hpp"
+#include "proxy/audit/audit.hpp"
+#include "proxy/audit/redact.hpp"
 
 namespace {
 
@@ -49,18 +50,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     std::string utf8_form;
     std::string ascii_form;
-    cordon::config::append_json_string(utf8_form, all);
-    cordon::config::append_json_string_ascii(ascii_form, all);
+    cordon::common::append_json_string(utf8_form, all);
+    cordon::common::append_json_string_ascii(ascii_form, all);
     const std::string a = decoded(utf8_form, size);
     check(a == decoded(ascii_form, size), "both forms decode to the same text", size);
-    if (std::vector<std::uint32_t> cps; cordon::config::utf8::decode(all, cps)) {
+    if (std::vector<std::uint32_t> cps; cordon::common::utf8::decode(all, cps)) {
         check(a == all, "valid UTF-8 round-trips", size);
     }
     for (const char c : ascii_form) {
         check(c >= 0x20 && c < 0x7f, "the ASCII form is printable ASCII", size);
     }
 
-    using namespace cordon::proxy;
+    using namespace cordon::proxy::audit;
+    using cordon::common::wall_clock;
     audit_record r("e", wall_clock::time_point{});
     r.add(key, value).add(key, value).add("target", value).add("n", 5).add_null("z");
     const std::string line = r.to_json_line();
@@ -75,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(o.contains("event") && o.at("event") == "e", "event is kept", size);
     const std::string k = decoded([&] {
         std::string q;
-        cordon::config::append_json_string(q, key);
+        cordon::common::append_json_string(q, key);
         return q;
     }(), size);
     const bool reserved = key == "ts" || key == "event";
@@ -85,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     check(o.size() == want, "one member per distinct name", size);
     check(r.size() == want - 2, "a name added again replaces its field", size);
-    if (!reserved && cordon::proxy::secret_field_name(key) && !value.empty() &&
+    if (!reserved && cordon::proxy::audit::secret_field_name(key) && !value.empty() &&
         value != redacted) {
         const boost::json::value* got = o.if_contains(k);
         check(got != nullptr && got->is_string() && got->as_string() != value,

@@ -8,11 +8,12 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/basic_auth.hpp"
+#include "proxy/data/basic_auth.hpp"
 
 namespace {
 
 using namespace cordon::proxy;
+using namespace cordon::proxy::data;
 
 constexpr std::size_t max_header_value = 1024;
 

@@ -8,11 +8,12 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/client_hello.hpp"
+#include "proxy/data/client_hello.hpp"
 
 namespace {
 
 using namespace cordon::proxy;
+using namespace cordon::proxy::data;
 
 void check(bool ok, const char* what, std::size_t size) {
     if (!ok) {

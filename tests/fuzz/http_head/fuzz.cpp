@@ -1,4 +1,4 @@
-// Fuzzes the head rewriting of the HTTP forward path (proxy/http_head.hpp) on heads Beast's
+// Fuzzes the head rewriting of the HTTP forward path (proxy/data/http_head.hpp) on heads Beast's
 // parser accepted, as the proxy uses it: the input is parsed as a request head and as a
 // response head; for each accepted one the fields are filtered both from Beast's parsed
 // fields and from "name: value" lines (what the response path keeps), and checked: both
@@ -15,12 +15,13 @@
 
 #include <boost/beast/http.hpp>
 
-#include "proxy/http_head.hpp"
+#include "proxy/data/http_head.hpp"
 
 namespace {
 
 namespace http = boost::beast::http;
 using namespace cordon::proxy;
+using namespace cordon::proxy::data;
 using field_list = std::vector<std::pair<std::string, std::string>>;
 
 void check(bool ok, const char* what, std::size_t size) {

@@ -8,11 +8,11 @@
 #include <string>
 #include <string_view>
 
-#include "proxy/target.hpp"
+#include "config/target.hpp"
 
 namespace {
 
-using namespace cordon::proxy;
+using namespace cordon::config;
 
 constexpr std::size_t max_target = 8192;
 

@@ -1,0 +1,76 @@
+#pragma once
+// Traffic of one job as recorded in the audit log, the input of `cordon policy suggest`
+// (suggest.hpp) and `cordon policy replay` (replay.hpp): one entry per distinct request
+// shape and outcome, with a count. Pure data; proxy/audit/audit_traffic.hpp fills it from the
+// audit files.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/decide.hpp"  // request_kind
+#include "config/ip.hpp"
+
+namespace cordon::learn {
+
+/// What the enforced policy did with a request when it was recorded.
+enum class seen_outcome : std::uint8_t {
+    allowed,     ///< conn.open without would_deny
+    would_deny,  ///< conn.open with would_deny (report mode): enforce mode denies it
+    denied,      ///< conn.deny with a policy reason (no_rule, port, protocol, method,
+                 ///< private_address, unknown_job)
+};
+
+/// Requests of one shape and outcome.
+struct seen_request {
+    std::string host;  ///< normalised name, or canonical IP text (IPv6 without brackets)
+    bool ip_literal = false;
+    std::uint16_t port = 0;
+    config::request_kind kind = config::request_kind::connect;
+    std::string method;  ///< http: the method (upper case); connect: empty
+    seen_outcome outcome = seen_outcome::allowed;
+    std::string reason;   ///< the deny or would-deny reason; empty when allowed
+    /// The non-public addresses serve checked for it, space-separated: of a name, every one
+    /// it resolved to (the record's `resolved`; older records: the one connected to, `ip`).
+    /// Set on allowed and would-deny requests (a rule's resolves_to opened them) and on
+    /// private_address denials; empty otherwise. See recorded_addresses().
+    std::string address;
+    bool tcp_rule = false;  ///< allowed by a tcp rule (CONNECT without SNI check)
+    std::uint64_t count = 0;
+};
+
+/// A name asked of cordon's DNS resolver.
+struct seen_name {
+    std::string name;  ///< normalised
+    std::uint64_t answered = 0;
+    std::uint64_t denied = 0;
+};
+
+/// Everything read for one job.
+struct seen_traffic {
+    std::string job;
+    std::vector<seen_request> requests;
+    std::vector<seen_name> dns;
+    std::uint64_t sessions = 0;  ///< distinct sessions seen
+    /// conn.deny records whose reason is not the policy's (kill switch, auth, limits, SNI
+    /// mismatch, ...): neither learned nor replayed, counted by reason.
+    std::map<std::string, std::uint64_t> not_policy;
+    std::string first_ts;  ///< of the records used; empty when none
+    std::string last_ts;
+};
+
+/// The addresses of seen_request::address; nullopt when one of them is not an address.
+std::optional<std::vector<config::ip_address>> recorded_addresses(std::string_view text);
+
+/// True for the deny reasons decided by the policy (decide() and check_addresses()), the
+/// only denials suggest learns from and replay re-decides.
+bool is_policy_reason(std::string_view reason) noexcept;
+
+/// `reason` when it is one of cordon's deny reasons (to_string(deny_reason)), else "other":
+/// reasons read from a file go into comments and tables only in this checked form.
+std::string_view known_reason(std::string_view reason) noexcept;
+
+}  // namespace cordon::learn

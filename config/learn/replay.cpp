@@ -1,0 +1,256 @@
+#include "config/learn/replay.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "config/host.hpp"
+#include "common/json_string.hpp"
+#include "config/learn/suggest.hpp"
+
+namespace cordon::learn {
+namespace {
+
+std::string_view outcome_name(seen_outcome o) {
+    switch (o) {
+        case seen_outcome::allowed: return "allowed";
+        case seen_outcome::would_deny: return "would_deny";
+        case seen_outcome::denied: return "denied";
+    }
+    return "denied";
+}
+
+std::string request_text(const replay_row& r) {
+    return (r.kind == config::request_kind::http ? r.method + " http " : std::string("CONNECT ")) +
+           r.target;
+}
+
+std::string was_text(const replay_row& r) {
+    if (r.was == seen_outcome::allowed) {
+        return "allowed";
+    }
+    return std::string(r.was == seen_outcome::would_deny ? "would-deny " : "denied ") +
+           std::string(known_reason(r.was_reason));
+}
+
+std::string now_text(const replay_row& r) {
+    if (r.now_allowed) {
+        return "allowed by " + r.now_rule;
+    }
+    return "denied " + r.now_reason;
+}
+
+void sort_rows(std::vector<replay_row>& rows) {
+    std::stable_sort(rows.begin(), rows.end(), [](const replay_row& a, const replay_row& b) {
+        return a.count != b.count ? a.count > b.count : a.target < b.target;
+    });
+}
+
+void rows_json(std::string& out, const std::vector<replay_row>& rows) {
+    out.push_back('[');
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const replay_row& r = rows[i];
+        out += i > 0 ? ",{\"target\":" : "{\"target\":";
+        common::append_json_string(out, r.target);
+        out += ",\"kind\":\"";
+        out += r.kind == config::request_kind::http ? "http" : "connect";
+        out += "\"";
+        if (r.kind == config::request_kind::http) {
+            out += ",\"method\":";
+            common::append_json_string(out, r.method);
+        }
+        out += ",\"requests\":" + std::to_string(r.count) + ",\"was\":\"" +
+               std::string(outcome_name(r.was)) + "\"";
+        if (!r.was_reason.empty()) {
+            out += ",\"was_reason\":";
+            common::append_json_string(out, known_reason(r.was_reason));
+        }
+        out += ",\"now\":\"";
+        out += r.now_allowed ? "allowed" : "denied";
+        out += "\"";
+        if (r.now_allowed) {
+            out += ",\"rule\":";
+            common::append_json_string(out, r.now_rule);
+        } else {
+            out += ",\"reason\":";
+            common::append_json_string(out, r.now_reason);
+        }
+        out += "}";
+    }
+    out.push_back(']');
+}
+
+void rows_table(std::string& out, std::string_view title, const std::vector<replay_row>& rows,
+                std::uint64_t total) {
+    out += std::string(title) + ": " + std::to_string(rows.size()) +
+           (rows.size() == 1 ? " target, " : " targets, ") + std::to_string(total) +
+           (total == 1 ? " request" : " requests") + "\n";
+    if (rows.empty()) {
+        return;
+    }
+    std::size_t w1 = 7;
+    std::size_t w2 = 3;
+    for (const auto& r : rows) {
+        w1 = std::max(w1, request_text(r).size());
+        w2 = std::max(w2, was_text(r).size());
+    }
+    char buf[32];
+    const auto line = [&](std::string_view n, const std::string& a, const std::string& b,
+                          const std::string& c) {
+        std::snprintf(buf, sizeof buf, "%10.*s", static_cast<int>(n.size()), n.data());
+        out += "  " + std::string(buf) + "  " + a + std::string(w1 - a.size(), ' ') + "  " + b +
+               std::string(w2 - b.size(), ' ') + "  " + c + "\n";
+    };
+    line("REQUESTS", "REQUEST", "WAS", "NOW");
+    for (const auto& r : rows) {
+        line(std::to_string(r.count), request_text(r), was_text(r), now_text(r));
+    }
+}
+
+}  // namespace
+
+replay_result replay(const seen_traffic& seen, const config::compiled_policy& p) {
+    replay_result out;
+    out.job = seen.job;
+    out.first_ts = seen.first_ts;
+    out.last_ts = seen.last_ts;
+    if (const config::job* j = p.source().find_job(seen.job)) {
+        out.job_in_report_mode = j->mode == config::job_mode::report;
+    }
+    using key = std::tuple<std::string, int, std::string, int, std::string, bool, std::string,
+                           std::string>;
+    std::map<key, replay_row> changed;
+    std::map<std::string, bool> same_allowed;  // target -> seen
+    std::map<std::string, bool> same_denied;
+    for (const seen_request& r : seen.requests) {
+        out.requests += r.count;
+        config::decide_args a;
+        a.job = seen.job;
+        a.host = r.host;
+        a.port = r.port;
+        a.kind = r.kind;
+        a.method = r.method;
+        config::decision d = config::decide(a, p);
+        bool undetermined = false;
+        // A literal is decided by its rules alone, as the proxy does (no resolution, no
+        // resolves_to); a name's recorded addresses (every one it resolved to) are checked as
+        // after a resolution: one the new rule does not cover refuses them all, as in serve.
+        const auto addrs = r.ip_literal || r.address.empty()
+                               ? std::nullopt
+                               : recorded_addresses(r.address);
+        if (d.allowed() && addrs) {
+            d = config::check_addresses(d, *addrs);
+        } else if (d.allowed() && r.reason == "private_address" && !r.ip_literal) {
+            // Refused before for its (unrecorded) non-public address: still refused unless
+            // the new rule opens some non-public range, and then it depends on the address.
+            if (d.rule == nullptr || d.rule->resolves_to.empty()) {
+                d.reason = config::deny_reason::private_address;
+            } else {
+                undetermined = true;
+            }
+        }
+        const bool was_allowed = r.outcome == seen_outcome::allowed;
+        const std::string target = config::host_port(r.host, r.port);
+        if (!undetermined && d.allowed() == was_allowed) {
+            (was_allowed ? out.same_allowed : out.same_denied) += r.count;
+            (was_allowed ? same_allowed : same_denied)[target] = true;
+            continue;
+        }
+        replay_row row;
+        row.target = target;
+        row.kind = r.kind;
+        row.method = r.kind == config::request_kind::http ? r.method : std::string();
+        row.was = r.outcome;
+        row.was_reason = r.reason;
+        row.now_allowed = d.allowed();
+        row.now_reason = d.allowed() ? std::string() : std::string(config::to_string(d.reason));
+        row.now_rule = d.allowed() && d.rule != nullptr ? d.rule->describe() : std::string();
+        if (undetermined) {
+            row.now_allowed = false;
+            row.now_reason = "private_address?";
+            row.now_rule.clear();
+        }
+        const int bucket = undetermined ? 2 : (d.allowed() ? 1 : 0);
+        key k{row.target,     static_cast<int>(row.kind), row.method, static_cast<int>(row.was),
+              row.was_reason, row.now_allowed,             row.now_reason + row.now_rule,
+              std::to_string(bucket)};
+        auto [it, fresh] = changed.try_emplace(std::move(k), row);
+        if (!fresh) {
+            it->second.count += r.count;
+        } else {
+            it->second.count = r.count;
+        }
+    }
+    for (auto& [k, row] : changed) {
+        const std::string& bucket = std::get<7>(k);
+        (bucket == "2" ? out.undetermined
+                       : (bucket == "1" ? out.newly_allowed : out.newly_denied))
+            .push_back(std::move(row));
+    }
+    sort_rows(out.newly_denied);
+    sort_rows(out.newly_allowed);
+    sort_rows(out.undetermined);
+    out.same_allowed_targets = same_allowed.size();
+    out.same_denied_targets = same_denied.size();
+    return out;
+}
+
+std::string render_table(const replay_result& r, std::string_view source) {
+    std::string out = "cordon policy replay: job " + r.job + ", " + std::string(source) +
+                      " against " + std::to_string(r.requests) + " recorded requests";
+    if (!r.first_ts.empty()) {
+        out += " (" + r.first_ts + " .. " + r.last_ts + ")";
+    }
+    out += "\n";
+    if (r.job_in_report_mode) {
+        out += "note: the job is in report mode in " + std::string(source) +
+               "; verdicts are what enforcing it would do\n";
+    }
+    out += "\n";
+    rows_table(out, "newly denied", r.newly_denied, r.count(r.newly_denied));
+    out += "\n";
+    rows_table(out, "newly allowed", r.newly_allowed, r.count(r.newly_allowed));
+    if (!r.undetermined.empty()) {
+        out += "\n";
+        rows_table(out,
+                   "undetermined (denied for a non-public address that was not recorded; "
+                   "the new rule's resolves_to may cover it)",
+                   r.undetermined, r.count(r.undetermined));
+    }
+    const auto targets = [](std::uint64_t n) {
+        return std::to_string(n) + (n == 1 ? " target" : " targets");
+    };
+    out += "\nunchanged: " + std::to_string(r.same_allowed) +
+           (r.same_allowed == 1 ? " request" : " requests") + " allowed (" +
+           targets(r.same_allowed_targets) + "), " + std::to_string(r.same_denied) +
+           " denied (" + targets(r.same_denied_targets) + ")\n";
+    return out;
+}
+
+std::string render_json(const replay_result& r, std::string_view source) {
+    std::string out = "{\"job\":";
+    common::append_json_string(out, r.job);
+    out += ",\"policy\":";
+    common::append_json_string(out, source);
+    out += ",\"report_mode\":";
+    out += r.job_in_report_mode ? "true" : "false";
+    out += ",\"requests\":" + std::to_string(r.requests) + ",\"newly_denied\":";
+    rows_json(out, r.newly_denied);
+    out += ",\"newly_allowed\":";
+    rows_json(out, r.newly_allowed);
+    out += ",\"undetermined\":";
+    rows_json(out, r.undetermined);
+    out += ",\"unchanged\":{\"allowed\":{\"requests\":" + std::to_string(r.same_allowed) +
+           ",\"targets\":" + std::to_string(r.same_allowed_targets) +
+           "},\"denied\":{\"requests\":" + std::to_string(r.same_denied) +
+           ",\"targets\":" + std::to_string(r.same_denied_targets) + "}},\"first_ts\":";
+    common::append_json_string(out, r.first_ts);
+    out += ",\"last_ts\":";
+    common::append_json_string(out, r.last_ts);
+    out += "}\n";
+    return out;
+}
+
+}  // namespace cordon::learn

@@ -1,0 +1,95 @@
+#pragma once
+// `cordon policy suggest`: the smallest job-card `egress` section that would have allowed
+// the traffic seen (learn.hpp), and its YAML and JSON forms. Pure.
+//
+// Rules, in order:
+// - Only allowed, would-deny and policy-denied requests are learned (learn.hpp). Names are
+//   learned exactly, with the ports seen; plain-HTTP requests as `protocol: http` with the
+//   methods seen; a CONNECT to a name as tls (the default) unless a tcp rule allowed it.
+// - IP literals stay exact: a `cidr` /32 or /128 rule (tcp for CONNECT, http for HTTP).
+// - Names collapse into "*.parent" only when MORE than `siblings` distinct child labels of
+//   one parent were seen (per protocol), and never above the registrable domain (the Public
+//   Suffix List): no "*.co.uk", no "*.github.io". The wildcard gets the union of its names'
+//   ports (and methods); a parent name seen itself keeps its own exact rule.
+// - Non-public space is never opened by learning: IP literals that are not public and names
+//   denied with private_address are left out, with a comment saying why. A name the policy's
+//   own rule already let into non-public space (its resolves_to: allowed, or let through by
+//   report mode for a port or method the rule does not list) keeps a rule whose resolves_to
+//   lists the addresses seen, /32 or /128 each.
+// - cordon's own reserved name (cordon.events) is left out: cordon answers it itself.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "config/learn/learn.hpp"
+#include "config/policy.hpp"
+#include "config/learn/public_suffix.hpp"
+
+namespace cordon::learn {
+
+struct suggest_options {
+    std::size_t siblings = 3;  ///< collapse when more than this many names share a parent
+};
+
+/// Counts of the requests behind one rule.
+struct seen_counts {
+    std::uint64_t allowed = 0;
+    std::uint64_t would_deny = 0;
+    std::uint64_t denied = 0;
+    std::uint64_t total() const noexcept { return allowed + would_deny + denied; }
+    void add(seen_outcome o, std::uint64_t n) noexcept;
+};
+
+/// One rule of the suggested section, with what it was learned from.
+struct suggested_rule {
+    std::string host;  ///< a name or "*.suffix"; empty for a cidr rule
+    std::string cidr;  ///< "203.0.113.7/32"; empty for a host rule
+    std::vector<std::uint16_t> ports;   ///< sorted
+    config::protocol proto = config::protocol::tls;
+    std::vector<std::string> methods;   ///< http only, sorted
+    std::vector<std::string> resolves_to;  ///< "10.20.0.5/32", sorted
+    seen_counts counts;
+    /// The names a wildcard covers, most requested first (empty for exact rules).
+    std::vector<std::pair<std::string, std::uint64_t>> names;
+    std::string key;  ///< ordering key: registrable domain, then name
+};
+
+/// Requests not learned, grouped by target and cause.
+struct not_learned {
+    std::string target;  ///< "host:port"
+    std::string why;
+    seen_counts counts;
+};
+
+struct suggestion {
+    std::string job;
+    std::vector<suggested_rule> rules;
+    std::vector<not_learned> left_out;
+    /// Names asked of cordon's DNS but never requested through the proxy and not covered by
+    /// a suggested rule: their ports are unknown, so no rule is made for them.
+    std::vector<seen_name> dns_only;
+    seen_counts counts;                    ///< of every request read
+    std::uint64_t sessions = 0;
+    std::map<std::string, std::uint64_t> not_policy;  ///< copied from seen_traffic
+    std::string first_ts;
+    std::string last_ts;
+    std::size_t siblings = 0;
+};
+
+suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
+                   const suggest_options& opts);
+
+/// The section as YAML (`egress:` and its rules in flow style), comments with the counts
+/// behind each rule and the left-out requests; valid for the policy loader when put under
+/// a job card.
+std::string render_yaml(const suggestion& s);
+
+/// {"job", "egress": [rules as in a job card, each with a "seen" object], "not_learned",
+///  "dns_only", "requests", "sessions", "first_ts", "last_ts"}.
+std::string render_json(const suggestion& s);
+
+}  // namespace cordon::learn

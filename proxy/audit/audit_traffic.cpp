@@ -1,0 +1,463 @@
+#include "proxy/audit/audit_traffic.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <tuple>
+
+#include "common/time.hpp"
+#include "config/classify.hpp"
+#include "config/host.hpp"
+#include "config/ip.hpp"
+#include "config/load.hpp"
+#include "proxy/audit/audit.hpp"
+#include "proxy/audit/audit_files.hpp"
+#include "proxy/audit/audit_timeline.hpp"  // find_needles
+#include "config/target.hpp"
+
+namespace cordon::proxy::audit {
+namespace {
+
+enum class kind_of_event : std::uint8_t { other, open, deny, dns_query, dns_deny };
+
+// The fields of one audit line this reader uses, as raw views into the line: string values
+// without their quotes (escapes kept), numbers as written.
+struct fields {
+    kind_of_event event = kind_of_event::other;
+    std::string_view ts;
+    std::string_view session;
+    std::string_view job;
+    std::string_view target;
+    std::string_view method;
+    std::string_view reason;
+    std::string_view would_deny;
+    std::string_view ip;
+    std::string_view resolved;
+    std::string_view rule;
+    std::string_view name;
+    std::string_view repeats;
+    bool job_seen = false;
+};
+
+enum class scan_result { ok, skip, malformed };
+
+kind_of_event event_kind(std::string_view e) {
+    if (e == "conn.open") {
+        return kind_of_event::open;
+    }
+    if (e == "conn.deny") {
+        return kind_of_event::deny;
+    }
+    if (e == "dns.query") {
+        return kind_of_event::dns_query;
+    }
+    if (e == "dns.deny") {
+        return kind_of_event::dns_deny;
+    }
+    return kind_of_event::other;
+}
+
+bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+// RFC 3339 as the audit writer puts it ("2026-11-29T15:20:18.123Z"); the value is compared
+// as text and printed in summaries, so nothing else (no control bytes) gets through.
+bool plausible_ts(std::string_view ts) {
+    return ts.size() >= 20 && ts.size() <= 40 && ts[4] == '-' &&
+           std::all_of(ts.begin(), ts.end(), [](char c) {
+               return (c >= '0' && c <= '9') || c == '-' || c == ':' || c == '.' || c == '+' ||
+                      c == 'T' || c == 'Z' || c == 't' || c == 'z';
+           });
+}
+
+// A flat walk over one JSON object: keys and values of the top level, nested values
+// skipped with their brackets counted (strings inside them respected). Allocation-free.
+// Stops early (skip) once the event is known not to be wanted.
+scan_result scan_fields(std::string_view s, fields& f) {
+    std::size_t i = 0;
+    const std::size_t n = s.size();
+    const auto ws = [&] {
+        while (i < n && is_ws(s[i])) {
+            ++i;
+        }
+    };
+    // At an opening quote: returns the string's contents and moves past its closing quote.
+    // memchr to each quote; a quote ends the string unless an odd run of backslashes
+    // precedes it.
+    const auto str = [&](std::string_view& out) {
+        const std::size_t start = ++i;
+        for (;;) {
+            const void* q = i < n ? std::memchr(s.data() + i, '"', n - i) : nullptr;
+            if (q == nullptr) {
+                return false;
+            }
+            const auto at = static_cast<std::size_t>(static_cast<const char*>(q) - s.data());
+            std::size_t k = at;
+            while (k > start && s[k - 1] == '\\') {
+                --k;
+            }
+            i = at + 1;
+            if ((at - k) % 2 == 0) {
+                out = s.substr(start, at - start);
+                return true;
+            }
+        }
+    };
+    ws();
+    if (i >= n || s[i] != '{') {
+        return scan_result::malformed;
+    }
+    ++i;
+    bool event_seen = false;
+    for (;;) {
+        ws();
+        if (i < n && s[i] == '}') {
+            break;
+        }
+        std::string_view key;
+        if (i >= n || s[i] != '"' || !str(key)) {
+            return scan_result::malformed;
+        }
+        ws();
+        if (i >= n || s[i] != ':') {
+            return scan_result::malformed;
+        }
+        ++i;
+        ws();
+        if (i >= n) {
+            return scan_result::malformed;
+        }
+        std::string_view value;
+        if (s[i] == '"') {
+            if (!str(value)) {
+                return scan_result::malformed;
+            }
+        } else if (s[i] == '{' || s[i] == '[') {
+            int depth = 0;
+            do {
+                if (s[i] == '"') {
+                    std::string_view ignored;
+                    if (!str(ignored)) {
+                        return scan_result::malformed;
+                    }
+                    continue;
+                }
+                if (s[i] == '{' || s[i] == '[') {
+                    ++depth;
+                } else if (s[i] == '}' || s[i] == ']') {
+                    --depth;
+                }
+                ++i;
+            } while (i < n && depth > 0);
+            if (depth != 0) {
+                return scan_result::malformed;
+            }
+        } else {
+            const std::size_t start = i;
+            while (i < n && s[i] != ',' && s[i] != '}' && !is_ws(s[i])) {
+                ++i;
+            }
+            value = s.substr(start, i - start);
+            if (value.empty()) {
+                return scan_result::malformed;
+            }
+        }
+        switch (key.size()) {
+            case 2:
+                if (key == "ts") {
+                    f.ts = value;
+                } else if (key == "ip") {
+                    f.ip = value;
+                }
+                break;
+            case 3:
+                if (key == "job") {
+                    f.job = value;
+                    f.job_seen = true;
+                }
+                break;
+            case 4:
+                if (key == "rule") {
+                    f.rule = value;
+                } else if (key == "name") {
+                    f.name = value;
+                }
+                break;
+            case 5:
+                if (key == "event") {
+                    f.event = event_kind(value);
+                    event_seen = true;
+                    if (f.event == kind_of_event::other) {
+                        return scan_result::skip;
+                    }
+                }
+                break;
+            case 6:
+                if (key == "target") {
+                    f.target = value;
+                } else if (key == "method") {
+                    f.method = value;
+                } else if (key == "reason") {
+                    f.reason = value;
+                }
+                break;
+            case 7:
+                if (key == "session") {
+                    f.session = value;
+                } else if (key == "repeats") {
+                    f.repeats = value;
+                }
+                break;
+            case 8:
+                if (key == "resolved") {
+                    f.resolved = value;
+                }
+                break;
+            case 10:
+                if (key == "would_deny") {
+                    f.would_deny = value;
+                }
+                break;
+            default:
+                break;
+        }
+        ws();
+        if (i < n && s[i] == ',') {
+            ++i;
+            continue;
+        }
+        if (i < n && s[i] == '}') {
+            break;
+        }
+        return scan_result::malformed;
+    }
+    return event_seen && plausible_ts(f.ts) ? scan_result::ok : scan_result::malformed;
+}
+
+// Queries a dns.* line stands for: one, or its `repeats` (docs/dns.md: a line with
+// "repeats": N says that N more identical queries came).
+std::uint64_t count_of(std::string_view repeats) {
+    std::uint64_t n = 0;
+    if (repeats.empty()) {
+        return 1;
+    }
+    const auto [p, ec] = std::from_chars(repeats.data(), repeats.data() + repeats.size(), n);
+    if (ec != std::errc{} || p != repeats.data() + repeats.size() ||
+        n > std::numeric_limits<std::uint32_t>::max()) {
+        return 1;
+    }
+    return n;
+}
+
+}  // namespace
+
+traffic_collector::traffic_collector(traffic_query q) : q_(std::move(q)) {
+    std::string quoted;
+    common::append_json_string(quoted, q_.job);
+    job_json_ = quoted.substr(1, quoted.size() - 2);
+    needle_ = "\"job\":" + quoted;
+    since_ = q_.since ? common::format_rfc3339(*q_.since) : std::string();
+    until_ = q_.until ? common::format_rfc3339(*q_.until) : std::string();
+}
+
+void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
+    fields f;
+    ++stats.lines;
+    const scan_result sr = scan_fields(line, f);
+    if (sr == scan_result::malformed) {
+        ++stats.malformed;
+        return;
+    }
+    if (sr == scan_result::skip || !f.job_seen || f.job != job_json_) {
+        return;
+    }
+    if ((!since_.empty() && f.ts < since_) || (!until_.empty() && f.ts > until_)) {
+        return;
+    }
+    // A record counted: its time and session join the summary.
+    const auto used = [&] {
+        ++stats.used;
+        if (first_ts_.empty() || f.ts < first_ts_) {
+            first_ts_ = f.ts;
+        }
+        if (f.ts > last_ts_) {
+            last_ts_ = f.ts;
+        }
+        if (!f.session.empty()) {
+            key_.assign(f.session);
+            sessions_.insert(key_);
+        }
+    };
+    if (f.event == kind_of_event::dns_query || f.event == kind_of_event::dns_deny) {
+        const config::host_result h = config::normalise_host(f.name);
+        if (!h.ok()) {
+            return;
+        }
+        learn::seen_name& sn = dns_[h.value];
+        sn.name = h.value;
+        (f.event == kind_of_event::dns_query ? sn.answered : sn.denied) += count_of(f.repeats);
+        used();
+        return;
+    }
+    learn::seen_outcome outcome = learn::seen_outcome::allowed;
+    std::string_view reason;
+    if (f.event == kind_of_event::deny) {
+        if (!learn::is_policy_reason(f.reason)) {
+            ++not_policy_[std::string(learn::known_reason(f.reason))];
+            used();
+            return;
+        }
+        outcome = learn::seen_outcome::denied;
+        reason = f.reason;
+    } else if (!f.would_deny.empty()) {
+        outcome = learn::seen_outcome::would_deny;
+        reason = f.would_deny;
+    }
+    // Only the non-public addresses serve checked matter (to learn and replay resolves_to):
+    // every one the name resolved to (`resolved`; older records: the one connected to, `ip`).
+    // Public ones are folded so that a CDN's many addresses make one entry.
+    address_.clear();
+    const bool private_deny = f.event == kind_of_event::deny && reason == "private_address";
+    if (f.event == kind_of_event::open || private_deny) {
+        std::string_view list = !f.resolved.empty() ? f.resolved
+                                                    : (private_deny ? std::string_view() : f.ip);
+        while (!list.empty()) {
+            const std::size_t end = std::min(list.find(' '), list.size());
+            const std::string_view one = list.substr(0, end);
+            list.remove_prefix(std::min(end + 1, list.size()));
+            const auto a = config::parse_ip(one);  // cheaper than a cache of a day's addresses
+            if (!a) {
+                address_ = "?";  // not an address: recorded_addresses() refuses it
+            } else if (!config::classify(*a).is_public() && address_ != "?") {
+                address_.append(address_.empty() ? "" : " ").append(a->to_string());
+            }
+        }
+    }
+    const std::string_view address = address_;
+    const bool tcp_rule = f.event == kind_of_event::open && f.rule.ends_with("/tcp");
+    key_.clear();
+    key_.push_back(static_cast<char>('0' + static_cast<int>(outcome)));
+    key_.push_back(tcp_rule ? 't' : '-');
+    key_.append(f.target).push_back('\x1f');
+    key_.append(f.method).push_back('\x1f');
+    key_.append(reason).push_back('\x1f');
+    key_.append(address);
+    auto it = requests_.find(key_);
+    if (it == requests_.end()) {
+        entry e;
+        learn::seen_request& r = e.request;
+        r.outcome = outcome;
+        r.reason = std::string(learn::known_reason(reason));
+        r.address = std::string(address);
+        r.tcp_rule = tcp_rule;
+        // Records before conn.deny carried a method are CONNECTs as far as can be told.
+        r.kind = f.method.empty() || f.method == "CONNECT" ? config::request_kind::connect
+                                                            : config::request_kind::http;
+        const bool method_ok = r.kind == config::request_kind::connect ||
+                               config::valid_http_method(f.method);
+        if (r.kind == config::request_kind::http) {
+            r.method = std::string(f.method);
+        }
+        const config::target_result t = f.target.find('\\') == std::string_view::npos
+                                    ? config::parse_connect_target(f.target)
+                                    : config::target_result{};
+        if (!t.value || !method_ok) {
+            e.skip = true;
+        } else {
+            r.port = t.value->port;
+            const config::literal lit = config::parse_literal(t.value->host);
+            if (lit.kind == config::literal_kind::ipv4 ||
+                lit.kind == config::literal_kind::ipv6) {
+                r.ip_literal = true;
+                r.host = lit.zone.empty() ? lit.address.to_string() : std::string();
+                e.skip = !lit.zone.empty();
+            } else if (lit.kind == config::literal_kind::not_ip) {
+                config::host_result h = config::normalise_host(t.value->host);
+                e.skip = !h.ok();
+                r.host = std::move(h.value);
+            } else {
+                e.skip = true;
+            }
+        }
+        it = requests_.emplace(key_, std::move(e)).first;
+    }
+    if (it->second.skip) {
+        ++stats.bad_target;
+        return;
+    }
+    ++it->second.request.count;
+    used();
+}
+
+void traffic_collector::scan(std::string_view data, traffic_stats& stats) {
+    stats.bytes += data.size();
+    std::vector<std::size_t> hits;
+    const std::vector<std::string> needles{needle_};
+    find_needles(data, needles, hits);
+    std::sort(hits.begin(), hits.end());
+    std::size_t done = 0;  // lines before this offset are read
+    for (const std::size_t at : hits) {
+        if (at < done) {
+            continue;
+        }
+        const auto [start, end] = line_at(data, at);
+        if (end == std::string_view::npos) {
+            break;  // the line being written: not yet a record
+        }
+        add_line(data.substr(start, end - start), stats);
+        done = end + 1;
+    }
+}
+
+learn::seen_traffic traffic_collector::finish() const {
+    learn::seen_traffic out;
+    out.job = q_.job;
+    for (const auto& [k, e] : requests_) {
+        if (!e.skip) {
+            out.requests.push_back(e.request);
+        }
+    }
+    std::sort(out.requests.begin(), out.requests.end(),
+              [](const learn::seen_request& a, const learn::seen_request& b) {
+                  return std::tie(a.host, a.port, a.kind, a.method, a.outcome, a.reason,
+                                  a.address, a.tcp_rule) <
+                         std::tie(b.host, b.port, b.kind, b.method, b.outcome, b.reason,
+                                  b.address, b.tcp_rule);
+              });
+    // Entries that differ only in raw spelling (an upper-case host) are the same request.
+    std::vector<learn::seen_request> merged;
+    for (auto& r : out.requests) {
+        if (!merged.empty()) {
+            auto& m = merged.back();
+            if (std::tie(m.host, m.port, m.kind, m.method, m.outcome, m.reason, m.address,
+                         m.tcp_rule) == std::tie(r.host, r.port, r.kind, r.method, r.outcome,
+                                                 r.reason, r.address, r.tcp_rule)) {
+                m.count += r.count;
+                continue;
+            }
+        }
+        merged.push_back(std::move(r));
+    }
+    out.requests = std::move(merged);
+    for (const auto& [name, n] : dns_) {
+        out.dns.push_back(n);
+    }
+    std::sort(out.dns.begin(), out.dns.end(),
+              [](const auto& a, const auto& b) { return a.name < b.name; });
+    out.sessions = sessions_.size();
+    out.not_policy = not_policy_;
+    out.first_ts = first_ts_;
+    out.last_ts = last_ts_;
+    return out;
+}
+
+learn::seen_traffic read_traffic(const std::string& dir, const traffic_query& q,
+                                  traffic_stats& stats, std::string& error) {
+    traffic_collector c(q);
+    stats.files += map_audit_files(
+        dir, q.since, q.until,
+        [&](const audit_file&, std::string_view data) { c.scan(data, stats); }, error);
+    return c.finish();
+}
+
+}  // namespace cordon::proxy::audit

@@ -1,0 +1,75 @@
+#pragma once
+// tool.call events an agent framework posts into a session's audit timeline: the body's
+// parsing and bounds, the redaction of the tool's arguments, and the audit record. Pure: no
+// sockets (the admin API and the proxy's reserved name both call it). Boost.JSON stays in
+// the .cpp.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/time.hpp"
+#include "proxy/audit/audit.hpp"
+
+namespace cordon::proxy::audit {
+
+/// The reserved name through which sandboxes (which cannot reach the admin API) post events:
+/// `POST http://cordon.events/v1/events` through the proxy, authenticated by the request's
+/// Proxy-Authorization. Never resolved, never forwarded upstream.
+inline constexpr std::string_view reserved_events_host = "cordon.events";
+inline constexpr std::string_view reserved_events_path = "/v1/events";
+
+/// Bounds of a posted event. A body above max_body_bytes is refused (413); a tool name is
+/// 1..max_tool_bytes printable characters; the redacted, serialised arguments are cut at
+/// max_arguments_bytes (and the record says so with "arguments_truncated": true).
+inline constexpr std::size_t max_event_body_bytes = 64 * 1024;
+inline constexpr std::size_t max_tool_bytes = 128;
+inline constexpr std::size_t max_arguments_bytes = 8 * 1024;
+
+/// A parsed, redacted tool.call.
+struct tool_event {
+    std::string tool;
+    /// Compact JSON text, redacted, at most max_arguments_bytes; "" when absent.
+    std::string arguments;
+    bool truncated = false;
+};
+
+/// Parses the body `{"event":"tool.call","tool":"NAME","arguments":{...} | "..." | [...]}`.
+/// "event" and "tool" are required; "arguments" may be absent or null; no other keys. On
+/// failure returns nullopt and sets `error` to a message for the client (a 400 answer).
+/// Nesting deeper than 32 levels is refused. Redacts the arguments (redact_tool_arguments).
+std::optional<tool_event> parse_tool_event(std::string_view body, std::string& error);
+
+/// Redacts a JSON text of tool arguments and serialises it compactly: the value of every
+/// member whose name passes secret_field_name() becomes "REDACTED" (whatever its type;
+/// null and "" stay), every string (member names too) goes through redact_urls_in_text()
+/// and redact_text(). `json` must be valid JSON (parse_tool_event checked it).
+std::string redact_tool_arguments(std::string_view json);
+
+/// redact_url() applied to each http:// or https:// URL (case-insensitive scheme, up to the
+/// next whitespace, quote, '<', '>' or backslash) inside free text, so query values whose
+/// names look secret and userinfo are hidden wherever a URL appears.
+std::string redact_urls_in_text(std::string_view text);
+
+/// Who posted the event, as the audit record names it.
+struct tool_event_source {
+    std::string_view session;
+    std::string_view job;
+    std::string_view token_id;  ///< "" when the admin token was used
+    std::string_view client;    ///< "ip:port" of the caller
+    std::string_view via;       ///< "admin" or "proxy"
+};
+
+/// The `tool.call` audit record: session, job, client, via, token_id (when known), tool,
+/// arguments (the JSON text, as a string) and arguments_truncated.
+audit_record tool_call_record(const tool_event& e, const tool_event_source& from,
+                              common::wall_clock::time_point ts);
+
+/// True when a proxied request names the reserved events host: the host of an absolute-form
+/// target or of a CONNECT authority, compared case-insensitively without a trailing dot.
+bool targets_reserved_host(std::string_view target, bool is_connect);
+/// The same test on a host already parsed out of its target.
+bool is_reserved_host(std::string_view host);
+
+}  // namespace cordon::proxy::audit

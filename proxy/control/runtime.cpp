@@ -1,0 +1,241 @@
+#include "proxy/control/runtime.hpp"
+
+#include <iostream>
+
+#include "config/classify.hpp"
+#include "config/load.hpp"
+#include "config/mode.hpp"
+#include "proxy/audit/redact.hpp"
+
+namespace cordon::proxy::control {
+namespace {
+
+std::vector<std::string> job_names(const config::compiled_policy& p) {
+    std::vector<std::string> out;
+    for (const auto& j : p.source().jobs) {
+        out.push_back(j.name);
+    }
+    return out;
+}
+
+}  // namespace
+
+bool self_addresses::is_self(const config::ip_address& a, std::uint16_t port) const {
+    // Loopback and the unspecified range (0.0.0.0/8, ::, and their mapped or embedded
+    // forms: Linux connects 0.0.0.0 to 127.0.0.1) reach this host: they are refused for
+    // every listener port, whatever address that listener is bound to. Conservative: a
+    // listener on one interface address is not reached through 127.0.0.1, but nothing on
+    // this host is worth that guess.
+    const bool this_host = config::reaches_this_host(a);
+    for (const auto& l : listeners) {
+        if (l.port != port) {
+            continue;
+        }
+        if (this_host || l.address == a) {
+            return true;
+        }
+        const bool wildcard = l.address.bytes() == std::array<std::uint8_t, 16>{};
+        if (wildcard) {
+            for (const auto& local_addr : local) {
+                if (local_addr == a) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+runtime::runtime(std::string config_path, std::shared_ptr<const config::compiled_policy> p)
+    : config_path_(std::move(config_path)), policy_(std::move(p)) {
+    stats.add_jobs(job_names(*policy_.load()));
+}
+
+bool runtime::audit(audit::audit_record&& r) {
+    return audit_log_ != nullptr && audit_log_->write(std::move(r));
+}
+
+bool runtime::audit_durable(audit::audit_record&& r) {
+    // Bounded: a hung disk must not hang the control thread (and with it further kills).
+    constexpr std::chrono::seconds max_wait{2};
+    return audit_log_ != nullptr && audit_log_->write_durable(std::move(r), max_wait);
+}
+
+bool runtime::audit_healthy() const { return audit_log_ != nullptr && audit_log_->healthy(); }
+
+void runtime::denied(const denial& d) {
+    // Observers (metrics, the denial table, the webhook) join here. A target is host:port
+    // or a name, except where a request is refused before its target is parsed (kill
+    // switch, credentials, audit failure): then it is the request-target as sent (absolute,
+    // origin or authority form), whose userinfo, query secrets and token shapes never reach
+    // the table or the webhook. Anything but a plain host[:port] is redacted.
+    std::string cleaned;
+    std::string_view target = d.target;
+    if (target.find_first_of("/?@;#") != std::string_view::npos) {
+        cleaned = audit::redact_text(audit::redact_url(target));
+        target = cleaned;
+    }
+    stats.count_denied(d.job, d.reason, d.kind != "dns", d.count);
+    denials.record(d.job, target, d.reason, d.kind, now(), d.count);
+    if (notifier) {
+        notifier->submit(d.job, d.session, d.reason, target, d.kind, d.count);
+    }
+}
+
+std::shared_ptr<session_usage> runtime::usage_for(const std::string& session) {
+    std::lock_guard lock(usage_mu_);
+    auto& u = usage_[session];
+    if (!u) {
+        u = std::make_shared<session_usage>();
+    }
+    return u;
+}
+
+void runtime::forget_usage(const std::string& session) {
+    std::lock_guard lock(usage_mu_);
+    usage_.erase(session);
+}
+
+config::decision live_connection::check_connected(const config::decision& d) const {
+    if (!d.allowed() || !address) {
+        return d;
+    }
+    const config::ip_address one[] = {*address};
+    const config::decision checked = config::check_addresses(d, one);
+    if (!checked.allowed() && config::parse_ip(host)) {
+        return d;  // an IP literal: decide() already judged its address
+    }
+    return checked;
+}
+
+awaitable<std::size_t> runtime::on_workers(const std::function<std::size_t(worker&)>& fn,
+                                           const std::function<void()>& meanwhile) {
+    // Every worker at once (a kill's latency is its slowest worker, not their sum); the
+    // last one to finish wakes this coroutine. `fn` lives in the caller's suspended frame.
+    struct progress {
+        explicit progress(net::any_io_executor ex) : done(ex) {}
+        std::atomic<std::size_t> pending{0};
+        std::atomic<std::size_t> total{0};
+        net::steady_timer done;
+    };
+    auto ex = co_await net::this_coro::executor;
+    auto p = std::make_shared<progress>(ex);
+    p->pending = workers.size();
+    for (auto& w : workers) {
+        w->urgent.fetch_add(1, std::memory_order_relaxed);
+        net::post(w->ioc, [p, &fn, wp = w.get(), ex] {
+            wp->urgent.fetch_sub(1, std::memory_order_relaxed);
+            p->total += fn(*wp);
+            if (--p->pending == 0) {
+                net::post(ex, [p] { p->done.cancel(); });
+            }
+        });
+    }
+    if (meanwhile) {
+        meanwhile();  // overlaps the workers, e.g. the kill's durable write
+    }
+    if (p->pending.load() > 0) {
+        // The cancel is posted to this thread, so it cannot run before this wait starts.
+        p->done.expires_at(net::steady_timer::time_point::max());
+        co_await p->done.async_wait(use_nothrow);
+    }
+    co_return p->total.load();
+}
+
+awaitable<std::size_t> runtime::close_where(
+    const std::function<bool(const live_connection&)>& pred, const std::string& why,
+    const std::function<void()>& meanwhile) {
+    const std::function<std::size_t(worker&)> fn = [&](worker& w) {
+        std::vector<live_connection*> hit;
+        for (const auto& [id, c] : w.live) {
+            if (pred(*c)) {
+                hit.push_back(c);
+            }
+        }
+        // Clients first, all of them, so each sees its connection end as early as possible;
+        // then the upstreams. Both before the call returns.
+        for (auto* c : hit) {
+            c->close_client(why);
+        }
+        for (auto* c : hit) {
+            c->close_upstream();
+        }
+        return hit.size();
+    };
+    co_return co_await on_workers(fn, meanwhile);
+}
+
+awaitable<std::string> runtime::reload(const std::string& by,
+                                       std::vector<std::string>* needs_restart) {
+    config::load_result r = config::load_policy_file(config_path_);
+    if (!r.ok()) {
+        std::string errors;
+        for (const auto& e : r.errors) {
+            errors += e.to_string();
+            errors += '\n';
+        }
+        ++reloads_failed;
+        stats.count_config_reload(false);
+        auto rec = record("config.reload");
+        rec.add("result", "error").add("by", by).add("source", config_path_).add("errors",
+                                                                               errors);
+        audit(std::move(rec));
+        co_return errors;
+    }
+    // What only a restart applies keeps its running value (and /v1/status reports that):
+    // say which changes wait for one, never pretend they took effect.
+    const std::vector<std::string> restart_only =
+        config::keep_restart_only(policy()->source(), *r.value);
+    for (const auto& name : restart_only) {
+        std::cerr << "cordon: reload: " << name << " changed: needs restart (the running "
+                  << "value stays in force)\n";
+    }
+    if (needs_restart != nullptr) {
+        *needs_restart = restart_only;
+    }
+    auto next = config::compile(std::move(*r.value));
+    set_policy(next);
+    ++reloads_ok;
+    stats.add_jobs(job_names(*next));
+    stats.count_config_reload(true);
+    if (notifier) {
+        notifier->configure(next->source().alerts.webhook);  // new settings apply now
+    }
+    // Live connections the new policy no longer allows are closed.
+    const std::function<bool(const live_connection&)> no_longer_allowed =
+        [next](const live_connection& c) {
+            if (c.host.empty() || c.job.empty()) {
+                return false;
+            }
+            config::decide_args a;
+            a.job = c.job;
+            a.host = c.host;
+            a.port = c.port;
+            a.kind = c.kind;
+            a.method = c.method;
+            // Report mode's would-deny connections stay: the job still lets them through.
+            // A non-public address stays reachable only while the rule that now matches
+            // still names it in resolves_to (a reload may have narrowed or removed it).
+            return !c.check_connected(config::decide_with_mode(a, *next).effective).allowed();
+        };
+    const std::string why = "policy_changed";
+    const std::size_t closed = co_await close_where(no_longer_allowed, why);
+    auto rec = record("config.reload");
+    rec.add("result", "ok")
+        .add("by", by)
+        .add("source", config_path_)
+        .add("jobs", static_cast<std::uint64_t>(next->source().jobs.size()))
+        .add("rules", static_cast<std::uint64_t>(next->source().rule_count()))
+        .add("connections_closed", static_cast<std::uint64_t>(closed));
+    if (!restart_only.empty()) {
+        std::string names;
+        for (const auto& name : restart_only) {
+            names += (names.empty() ? "" : ",") + name;
+        }
+        rec.add("needs_restart", names);
+    }
+    audit(std::move(rec));
+    co_return std::string();
+}
+
+}  // namespace cordon::proxy::control

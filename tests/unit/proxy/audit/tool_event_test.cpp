@@ -1,0 +1,211 @@
+// Tests of tool.call events: parsing and bounds, redaction of the arguments, the record,
+// and the reserved name of the proxy.
+#include "common/time.hpp"
+#include "proxy/audit/tool_event.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace cordon::proxy;
+using namespace cordon::proxy::audit;
+using namespace cordon::common;
+namespace json = boost::json;
+
+const std::string hex64(64, 'c');
+const std::string secret = "Qw8" + std::string(20, 'z');
+
+json::object line_object(const audit_record& r) {
+    std::string line = r.to_json_line();
+    line.pop_back();
+    boost::system::error_code ec;
+    json::value v = json::parse(line, ec);
+    REQUIRE_FALSE(ec);
+    return v.as_object();
+}
+
+}  // namespace
+
+TEST_CASE("tool events: well-formed bodies", "[tool_event]") {
+    std::string error;
+    SECTION("object arguments") {
+        const auto e = parse_tool_event(
+            R"({"event":"tool.call","tool":"web.fetch","arguments":{"url":"https://x.example/a","n":3}})",
+            error);
+        REQUIRE(e);
+        CHECK(e->tool == "web.fetch");
+        CHECK(e->arguments == R"({"url":"https://x.example/a","n":3})");
+        CHECK_FALSE(e->truncated);
+    }
+    SECTION("string, array and absent arguments") {
+        auto e = parse_tool_event(R"({"event":"tool.call","tool":"shell","arguments":"ls -l"})",
+                                  error);
+        REQUIRE(e);
+        CHECK(e->arguments == R"("ls -l")");
+        e = parse_tool_event(R"({"tool":"t","event":"tool.call","arguments":[1,"two"]})", error);
+        REQUIRE(e);
+        CHECK(e->arguments == R"([1,"two"])");
+        e = parse_tool_event(R"({"event":"tool.call","tool":"noargs"})", error);
+        REQUIRE(e);
+        CHECK(e->arguments.empty());
+        e = parse_tool_event(R"({"event":"tool.call","tool":"nullargs","arguments":null})", error);
+        REQUIRE(e);
+        CHECK(e->arguments.empty());
+    }
+}
+
+TEST_CASE("tool events: malformed bodies are refused with a reason", "[tool_event]") {
+    struct row {
+        std::string name;
+        std::string body;
+        std::string says;
+    };
+    const std::vector<row> rows{
+        {"empty", "", "JSON object"},
+        {"not JSON", "tool=x", "JSON object"},
+        {"an array", "[1]", "JSON object"},
+        {"truncated", R"({"event":"tool.call","tool":"x")", "JSON object"},
+        {"invalid UTF-8", "{\"event\":\"tool.call\",\"tool\":\"\xff\"}", "JSON object"},
+        {"no event", R"({"tool":"x"})", "\"event\" must be \"tool.call\""},
+        {"other event", R"({"event":"kill.session","tool":"x"})", "\"event\" must be"},
+        {"event not a string", R"({"event":1,"tool":"x"})", "\"event\" must be"},
+        {"no tool", R"({"event":"tool.call"})", "\"tool\""},
+        {"empty tool", R"({"event":"tool.call","tool":""})", "\"tool\""},
+        {"tool not a string", R"({"event":"tool.call","tool":{}})", "\"tool\""},
+        {"tool too long", R"({"event":"tool.call","tool":")" + std::string(129, 'a') + "\"}",
+         "1-128"},
+        {"tool with a newline", R"({"event":"tool.call","tool":"a\nb"})", "printable"},
+        {"number arguments", R"({"event":"tool.call","tool":"x","arguments":5})",
+         "\"arguments\" must be"},
+        {"unknown field", R"({"event":"tool.call","tool":"x","extra":1})", "unknown field"},
+        {"too deep", R"({"event":"tool.call","tool":"x","arguments":)" + std::string(40, '[') +
+                         std::string(40, ']') + "}",
+         "JSON object"},
+        {"too big", R"({"event":"tool.call","tool":"x","arguments":")" +
+                        std::string(max_event_body_bytes, 'a') + "\"}",
+         "larger than"},
+    };
+    for (const auto& r : rows) {
+        INFO(r.name);
+        std::string error;
+        CHECK_FALSE(parse_tool_event(r.body, error));
+        CHECK_THAT(error, Catch::Contains(r.says));
+    }
+    SECTION("an unknown field's name is redacted and cut in the message") {
+        std::string error;
+        CHECK_FALSE(parse_tool_event(
+            R"({"event":"tool.call","tool":"x",")" + hex64 + R"(":1})", error));
+        CHECK(error.find(hex64) == std::string::npos);
+    }
+}
+
+TEST_CASE("tool events: arguments are redacted like every audit value", "[tool_event]") {
+    std::string error;
+    const std::string body = R"({"event":"tool.call","tool":"http.get","arguments":{)"
+                             R"("url":"https://u:)" + secret + R"(@api.example/v1?q=cats&api_key=)" +
+                             secret + R"(&page=2",)"
+                             R"("headers":{"Authorization":"Bearer )" + secret +
+                             R"(","Cookie":"sid=)" + secret + R"(","Accept":"text/html"},)"
+                             R"("password":")" + secret + R"(",)"
+                             R"("client_secret":12345,)"
+                             R"("token":"",)"
+                             R"("nested":[{"apiKey":")" + secret + R"("},"see https://h/x?sig=)" +
+                             secret + R"( now",")" + hex64 + R"("],)"
+                             R"x("code":"print(1)"}})x";
+    const auto e = parse_tool_event(body, error);
+    REQUIRE(e);
+    INFO(e->arguments);
+    CHECK(e->arguments.find(secret) == std::string::npos);
+    CHECK(e->arguments.find(hex64) == std::string::npos);
+    boost::system::error_code ec;
+    const json::value v = json::parse(e->arguments, ec);
+    REQUIRE_FALSE(ec);
+    const json::object& a = v.as_object();
+    CHECK(a.at("url") == "https://REDACTED@api.example/v1?q=cats&api_key=REDACTED&page=2");
+    CHECK(a.at("headers").at("Authorization") == "REDACTED");
+    CHECK(a.at("headers").at("Cookie") == "REDACTED");
+    CHECK(a.at("headers").at("Accept") == "text/html");
+    CHECK(a.at("password") == "REDACTED");
+    CHECK(a.at("client_secret") == "REDACTED");
+    CHECK(a.at("token") == "");
+    CHECK(a.at("nested").at(0).at("apiKey") == "REDACTED");
+    CHECK(a.at("nested").at(1) == "see https://h/x?sig=REDACTED now");
+    CHECK(a.at("nested").at(2) == "REDACTED");
+    CHECK(a.at("code") == "print(1)");  // harmless names stay readable
+
+    SECTION("string arguments too") {
+        const auto s = parse_tool_event(R"({"event":"tool.call","tool":"sh","arguments":)"
+                                        R"("curl -H 'Authorization: Bearer )" +
+                                            secret + R"(' https://h/?token=)" + secret + "\"}",
+                                        error);
+        REQUIRE(s);
+        CHECK(s->arguments.find(secret) == std::string::npos);
+    }
+}
+
+TEST_CASE("tool events: redact_urls_in_text", "[tool_event]") {
+    CHECK(redact_urls_in_text("") == "");
+    CHECK(redact_urls_in_text("no urls here") == "no urls here");
+    CHECK(redact_urls_in_text("get https://h/p?token=a&x=1 and HTTP://u:p@h/?key=b.") ==
+          "get https://h/p?token=REDACTED&x=1 and HTTP://REDACTED@h/?key=REDACTED");
+    CHECK(redact_urls_in_text("\"http://h/?secret=s\"") == "\"http://h/?secret=REDACTED\"");
+    CHECK(redact_urls_in_text("xhttp://h/?token=a") == "xhttp://h/?token=a");  // no boundary
+    CHECK(redact_urls_in_text("http://") == "http://");
+}
+
+TEST_CASE("tool events: arguments are bounded", "[tool_event]") {
+    std::string error;
+    std::string big = R"({"event":"tool.call","tool":"write","arguments":{"text":")";
+    big += std::string(20000, 'x');
+    big += "\"}}";
+    const auto e = parse_tool_event(big, error);
+    REQUIRE(e);
+    CHECK(e->truncated);
+    CHECK(e->arguments.size() == max_arguments_bytes);
+    CHECK(e->arguments.ends_with("...(truncated)"));
+    const auto o = line_object(tool_call_record(*e, {"s-1", "j", "t-1", "127.0.0.1:5", "proxy"},
+                                                wall_clock::now()));
+    CHECK(o.at("arguments_truncated") == true);
+}
+
+TEST_CASE("tool events: the audit record", "[tool_event]") {
+    std::string error;
+    const auto e = parse_tool_event(
+        R"({"event":"tool.call","tool":"search","arguments":{"q":"cats"}})", error);
+    REQUIRE(e);
+    const auto o = line_object(tool_call_record(
+        *e, {"s-00ff", "ticket-summarizer", "t-0123", "127.0.0.1:4000", "admin"},
+        wall_clock::now()));
+    CHECK(o.at("event") == "tool.call");
+    CHECK(o.at("session") == "s-00ff");
+    CHECK(o.at("job") == "ticket-summarizer");
+    CHECK(o.at("token_id") == "t-0123");
+    CHECK(o.at("client") == "127.0.0.1:4000");
+    CHECK(o.at("via") == "admin");
+    CHECK(o.at("tool") == "search");
+    CHECK(o.at("arguments") == R"({"q":"cats"})");
+    CHECK_FALSE(o.contains("arguments_truncated"));
+
+    const auto no_token = line_object(
+        tool_call_record(*e, {"s-1", "j", "", "c", "admin"}, wall_clock::now()));
+    CHECK_FALSE(no_token.contains("token_id"));
+}
+
+TEST_CASE("tool events: the reserved name", "[tool_event]") {
+    CHECK(targets_reserved_host("http://cordon.events/v1/events", false));
+    CHECK(targets_reserved_host("http://CORDON.Events./v1/events", false));
+    CHECK(targets_reserved_host("http://cordon.events:8080/anything?x=1", false));
+    CHECK(targets_reserved_host("cordon.events:443", true));
+    CHECK(targets_reserved_host("cordon.events.:80", true));
+    CHECK_FALSE(targets_reserved_host("http://cordon.events.example/v1/events", false));
+    CHECK_FALSE(targets_reserved_host("http://x.cordon.events/v1/events", false));
+    CHECK_FALSE(targets_reserved_host("http://example.com/cordon.events", false));
+    CHECK_FALSE(targets_reserved_host("/v1/events", false));
+    CHECK_FALSE(targets_reserved_host("cordon.events", true));  // no port: not a target
+    CHECK_FALSE(targets_reserved_host("api.example.com:443", true));
+}
