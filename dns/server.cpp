@@ -22,6 +22,7 @@
 #include "dns/asio_address.hpp"
 #include "dns/repeats.hpp"
 #include "dns/resolver.hpp"
+#include "dns/server_tables.hpp"
 
 namespace cordon::dns {
 namespace {
@@ -52,79 +53,11 @@ std::uint32_t cache_ttl(const clean_answer& a) {
 
 }  // namespace
 
-// Who a budget belongs to: a session (queries carrying a valid session option: the shim's
-// relay sends every sandbox's queries from 127.0.0.1) or else a client address (16 bytes,
-// v4 mapped). No allocation.
-struct client_key {
-    std::array<std::uint8_t, 16> bytes{};
-    std::uint64_t session = 0;  // a hash of the session id; 0: keyed by address
-    bool operator==(const client_key&) const = default;
-};
-struct client_hash {
-    std::size_t operator()(const client_key& k) const noexcept {
-        std::uint64_t lo = 0;
-        std::uint64_t hi = 0;
-        std::memcpy(&lo, k.bytes.data(), 8);
-        std::memcpy(&hi, k.bytes.data() + 8, 8);
-        return std::hash<std::uint64_t>{}(lo ^ (hi * 0x9e3779b97f4a7c15ULL) ^
-                                          (k.session * 0xc2b2ae3d27d4eb4fULL));
-    }
-};
-
-struct server::tables {
-    struct cache_entry {
-        std::vector<std::uint8_t> answer;  // a clean answer (sanitize_answer)
-        std::vector<ttl_field> ttls;       // its TTL fields, so a hit parses nothing
-        steady::time_point stored;
-        std::uint32_t ttl = 0;
-    };
-    struct bucket {
-        double tokens = 0;
-        steady::time_point last;
-    };
-    std::mutex mu;  // held only for a map lookup or update, never across I/O
-    std::unordered_map<std::string, cache_entry> cache;  // key: "name/qtype/qclass"
-    std::deque<std::string> cache_order;  // insertion order, for eviction
-    std::unordered_map<client_key, bucket, client_hash> buckets;
-    std::unordered_map<client_key, std::uint32_t, client_hash> inflight;  // upstream lookups
-    std::uint32_t tcp_open = 0;
-    std::unordered_map<client_key, std::uint32_t, client_hash> tcp_per_client;
-};
-
 std::shared_ptr<server::tables> server::make_tables() { return std::make_shared<tables>(); }
 
-namespace {
-
-client_key key_of(const config::ip_address& client) { return client_key{client.bytes(), 0}; }
-
-client_key key_of(const config::ip_address& client, const verdict& v) {
-    if (v.session.empty()) {
-        return key_of(client);
-    }
-    const std::uint64_t h = std::hash<std::string_view>{}(v.session);
-    return client_key{{}, h == 0 ? 1 : h};
-}
-
-// Adds one to a count of `counts` (under the tables' mutex) unless it is at `limit`.
-bool take(std::unordered_map<client_key, std::uint32_t, client_hash>& counts,
-          const client_key& k, std::uint32_t limit) {
-    auto [it, fresh] = counts.try_emplace(k, 0);
-    (void)fresh;
-    if (it->second >= limit) {
-        return false;
-    }
-    ++it->second;
-    return true;
-}
-
-void give_back(std::unordered_map<client_key, std::uint32_t, client_hash>& counts,
-               const client_key& k) {
-    if (auto it = counts.find(k); it != counts.end() && --it->second == 0) {
-        counts.erase(it);
-    }
-}
-
-}  // namespace
+using detail::give_back;
+using detail::key_of;
+using detail::take;
 
 struct server::impl : std::enable_shared_from_this<server::impl> {
     impl(net::io_context& ioc, resolver& up, policy_hook& h, server_options o,
@@ -745,3 +678,4 @@ void server::stop() {
 }
 
 }  // namespace cordon::dns
+
