@@ -8,6 +8,7 @@ and the exit status is 1. Run by ctest as "layering: rooms include only lower ro
     python3 tests/layering.py            (from anywhere; checks the tree it lives in)
     python3 tests/layering.py --graph    (prints the rule as a dependency list)
     python3 tests/layering.py --self-test (the check refuses each kind of forbidden include)
+    python3 tests/layering.py --readmes  (each room's README names every file of the room)
 docs/architecture.md draws the same picture; change both together.
 """
 
@@ -139,6 +140,26 @@ def acyclic():
     return None
 
 
+def readme_gaps():
+    """Each room's README names every file of the room (by its stem: `load`, `wire_codec`), so
+    a newcomer who reads only the folder names and READMEs finds every file."""
+    gaps = []
+    for prefix, _ in ROOMS:
+        folder = os.path.join(ROOT, prefix)
+        readme = os.path.join(folder, "README.md")
+        stems = sorted({f.rsplit(".", 1)[0] for f in os.listdir(folder)
+                        if f.endswith((".hpp", ".cpp"))})
+        if not os.path.exists(readme):
+            gaps.append(f"{prefix}/: no README.md")
+            continue
+        with open(readme, encoding="utf-8") as f:
+            text = f.read()
+        for stem in stems:
+            if not re.search(r"(?<![\w/])" + re.escape(stem) + r"(?![\w])", text):
+                gaps.append(f"{prefix}/README.md does not name {stem} ({prefix}/{stem}.*)")
+    return gaps
+
+
 def self_test():
     """The check catches what it is for: each case must be refused, the last one allowed."""
     cases = [
@@ -169,6 +190,13 @@ def self_test():
 def main():
     if "--self-test" in sys.argv:
         return self_test()
+    if "--readmes" in sys.argv:
+        gaps = readme_gaps()
+        for g in gaps:
+            print(g)
+        print(f"layering: {len(gaps)} files missing from their room's README" if gaps else
+              f"layering: every file of the {len(ROOMS)} rooms is named in its README")
+        return 1 if gaps else 0
     if "--graph" in sys.argv:
         for room in ALLOWED:
             print(f"{room:8} -> {', '.join(sorted(ALLOWED[room])) or '(nothing of ours)'}")
