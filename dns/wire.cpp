@@ -48,9 +48,9 @@ parse_result parse_query(bytes packet) {
     if ((r.value.flags & flag_qr) != 0) {
         return refuse(std::move(r), "QR set: a response, not a query");
     }
-    if (opcode_of(r.value.flags) != 0) {
-        return refuse(std::move(r),
-                      "opcode " + std::to_string(opcode_of(r.value.flags)) + " not supported",
+    if (const auto op = opcode_of(r.value.flags); op != 0) {
+        // The text is made before r is moved: argument evaluation order is unspecified.
+        return refuse(std::move(r), "opcode " + std::to_string(op) + " not supported",
                       rcode::notimp);
     }
     if (qd != 1) {
@@ -104,8 +104,8 @@ parse_result parse_query(bytes packet) {
         return refuse(std::move(r), "trailing bytes after the last record");
     }
     if (r.value.has_edns && r.value.edns_version != 0) {
-        return refuse(std::move(r), "EDNS version " + std::to_string(r.value.edns_version),
-                      rcode::badvers);
+        std::string why = "EDNS version " + std::to_string(r.value.edns_version);
+        return refuse(std::move(r), std::move(why), rcode::badvers);
     }
     r.status = parse_status::good;
     r.error = rcode::noerror;

@@ -1,7 +1,8 @@
 """Runs one integration suite as `python3 -m unittest -v test_SUITE` does, and records each
 test method's outcome, one line as it ends, for scripts/test's summary (tests/summary.py).
 
-Usage (ctest runs it; tests/CMakeLists.txt): python3 run_suite.py SUITE
+Usage (ctest runs it; tests/CMakeLists.txt): python3 run_suite.py SUITE [CLASS.METHOD ...]
+With CLASS.METHOD arguments only those tests of the suite run (the TSan build's short subset).
 The record goes to $CORDON_TEST_RESULTS/SUITE.txt when that is set:
 
     begin test_proxy
@@ -71,8 +72,8 @@ class RecordingResult(unittest.TextTestResult):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print("usage: run_suite.py SUITE", file=sys.stderr)
+    if len(sys.argv) < 2:
+        print("usage: run_suite.py SUITE [CLASS.METHOD ...]", file=sys.stderr)
         return 2
     suite_name = "test_" + sys.argv[1]
     results = os.environ.get("CORDON_TEST_RESULTS")
@@ -82,7 +83,8 @@ def main():
         RecordingResult.record.write(f"begin {suite_name}\n")
         RecordingResult.record.flush()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    suite = unittest.defaultTestLoader.loadTestsFromName(suite_name)
+    names = [f"{suite_name}.{m}" for m in sys.argv[2:]] or [suite_name]
+    suite = unittest.defaultTestLoader.loadTestsFromNames(names)
     runner = unittest.TextTestRunner(verbosity=2, resultclass=RecordingResult)
     result = runner.run(suite)
     if RecordingResult.record is not None:

@@ -76,7 +76,7 @@ TEST_CASE("resume_lost_reason: a follower that lost its place never misses a kil
           "[shim][follow]") {
     using cordon::shim::resume_lost_reason;
     using std::chrono::milliseconds;
-    const auto lost = [](std::string data) { return sse_event{"9", "resume.lost", data}; };
+    const auto lost = [](const std::string& data) { return sse_event{"9", "resume.lost", data}; };
     const std::string s1 = R"("session":{"id":"s-1","state":"active"})";
     const milliseconds down{3000};
     SECTION("nothing happened to the kill switch or the session: keep going") {

@@ -84,7 +84,7 @@ struct temp_dir {
 
 TEST_CASE("scratch watch: a missing directory is refused", "[shim][scratch_watch]") {
     CHECK(scratch_watch::start("/nonexistent/cordon-scratch", "/s",
-                               [](std::string, std::uint64_t) {}) == nullptr);
+                               [](const std::string&, std::uint64_t) {}) == nullptr);
 }
 
 TEST_CASE("scratch watch: writes are reported as the sandbox sees them", "[shim][scratch_watch]") {
