@@ -27,7 +27,8 @@ std::string make_policy_yaml() {
             y += "      - { host: api" + std::to_string(i) + ".svc" + std::to_string(i % 997) +
                  ".example.com, ports: [443] }\n";
         } else if (kind < 9) {
-            y += "      - { host: \"*.t" + std::to_string(i) + ".example.net\", ports: [443, "
+            y += "      - { host: \"*.t" + std::to_string(i) +
+                 ".example.net\", ports: [443, "
                  "8443] }\n";
         } else {
             const int a = (i / 10) % 250 + 1;
@@ -70,12 +71,16 @@ std::vector<request> make_requests() {
         switch (i % 8) {
             case 0: out.push_back({exact, 443}); break;
             case 1: out.push_back({"deep.x." + wild, 8443}); break;
-            case 2: out.push_back({"unknown" + std::to_string(r) + ".attacker.example", 443});
+            case 2:
+                out.push_back({"unknown" + std::to_string(r) + ".attacker.example", 443});
                 break;
-            case 3: out.push_back({"API" + std::to_string(base) + ".SVC" +
-                                       std::to_string(base % 997) + ".Example.com.", 443});
+            case 3:
+                out.push_back({"API" + std::to_string(base) + ".SVC" + std::to_string(base % 997) +
+                                   ".Example.com.",
+                               443});
                 break;
-            case 4: out.push_back({"203." + std::to_string((i / 10) % 250 + 1) + ".0.9", 22});
+            case 4:
+                out.push_back({"203." + std::to_string((i / 10) % 250 + 1) + ".0.9", 22});
                 break;
             case 5: out.push_back({exact, 80}); break;
             case 6: out.push_back({wild, 443}); break;  // the apex of a wildcard: denied
@@ -100,10 +105,10 @@ void bm_decide_100k_rules(benchmark::State& state) {
         allowed += d.allowed() ? 1 : 0;
         benchmark::DoNotOptimize(d);
     }
-    state.counters["decisions_per_s"] =
-        benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-    state.counters["allowed_fraction"] =
-        static_cast<double>(allowed) / static_cast<double>(state.iterations());
+    state.counters["decisions_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
+                                                           benchmark::Counter::kIsRate);
+    state.counters["allowed_fraction"] = static_cast<double>(allowed) /
+                                         static_cast<double>(state.iterations());
 }
 BENCHMARK(bm_decide_100k_rules);
 

@@ -229,8 +229,8 @@ int bench::run() {
         poll(10);
         if (admin_done_ && admin_in_.rfind("HTTP/1.1 200", 0) != 0 &&
             admin_in_.rfind("HTTP/1.0 200", 0) != 0) {
-            fail(method + " " + path + " answered: " +
-                 admin_in_.substr(0, std::min<std::size_t>(admin_in_.size(), 600)));
+            fail(method + " " + path +
+                 " answered: " + admin_in_.substr(0, std::min<std::size_t>(admin_in_.size(), 600)));
         }
         if (ms_since(t0_, steady::now()) > 30'000) {
             break;  // reported below as closed_seen < tunnels
@@ -267,23 +267,22 @@ int bench::run() {
             }
         }
         const auto ping_end = steady::now() + std::chrono::seconds(10);
-        for (std::size_t iter = 0; pongs_ + others_closed_ < others &&
-                                   steady::now() < ping_end && iter < 10'000'000;
+        for (std::size_t iter = 0;
+             pongs_ + others_closed_ < others && steady::now() < ping_end && iter < 10'000'000;
              ++iter) {
             check_deadline("checking the other sessions' tunnels");
             poll(10);
         }
     }
 
-    const std::string answer_body =
-        admin_in_.find("\r\n\r\n") == std::string::npos
-            ? std::string()
-            : admin_in_.substr(admin_in_.find("\r\n\r\n") + 4);
+    const std::string answer_body = admin_in_.find("\r\n\r\n") == std::string::npos
+                                        ? std::string()
+                                        : admin_in_.substr(admin_in_.find("\r\n\r\n") + 4);
     std::printf("scope=%s tunnels=%zu pumping=%d closed_seen=%zu last_close_ms=%.1f "
                 "p50_ms=%.1f p99_ms=%.1f first_close_ms=%.1f reply_ms=%.1f "
                 "closed_before_reply=%zu cordon_elapsed_ms=%s connections_closed=%s",
-                o_.scope.c_str(), expected_total_, o_.pumping, expected_closed_, last_ms,
-                pct(0.50), pct(0.99), pct(0.0), reply_ms_, closed_before_reply_,
+                o_.scope.c_str(), expected_total_, o_.pumping, expected_closed_, last_ms, pct(0.50),
+                pct(0.99), pct(0.0), reply_ms_, closed_before_reply_,
                 json_number(answer_body, "elapsed_ms").c_str(),
                 json_number(answer_body, "connections_closed").c_str());
     if (others > 0) {
@@ -309,8 +308,8 @@ int bench::run() {
         ::close(fd);
     }
     stop_sink();
-    const bool ok = expected_closed_ == expected_total_ && admin_done_ &&
-                    others_closed_ == 0 && pongs_ == others;
+    const bool ok = expected_closed_ == expected_total_ && admin_done_ && others_closed_ == 0 &&
+                    pongs_ == others;
     if (!ok) {
         std::fprintf(stderr,
                      "kill_bench: FAILED: %zu/%zu expected closed, answer %s, %zu other(s) "
@@ -349,11 +348,12 @@ int main(int argc, char** argv) {
     o.pid = std::stoi(arg(argc, argv, "--pid", "0"));
     if (o.proxy.empty() || o.admin.empty() || o.token_file.empty() || o.sessions_file.empty() ||
         o.tunnels <= 0) {
-        std::fprintf(stderr,
-                     "usage: kill_bench --proxy HOST:PORT --admin HOST:PORT --admin-token-file F "
-                     "--sessions FILE --tunnels N [--pumping K] [--scope network|session|"
-                     "session-end|sigkill] [--pid PID] [--others M] [--others-pumping L] [--sink-port P] "
-                     "[--concurrency 500] [--warmup-ms 300]\n");
+        std::fprintf(
+            stderr,
+            "usage: kill_bench --proxy HOST:PORT --admin HOST:PORT --admin-token-file F "
+            "--sessions FILE --tunnels N [--pumping K] [--scope network|session|"
+            "session-end|sigkill] [--pid PID] [--others M] [--others-pumping L] [--sink-port P] "
+            "[--concurrency 500] [--warmup-ms 300]\n");
         return 2;
     }
     o.pumping = std::min(o.pumping, o.tunnels);
@@ -378,4 +378,3 @@ int main(int argc, char** argv) {
     bench b(std::move(o));
     return b.run();
 }
-

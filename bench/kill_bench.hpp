@@ -41,9 +41,7 @@ inline void stop_sink() {
     std::exit(1);
 }
 
-[[noreturn]] inline void die(const std::string& what) {
-    fail(what + ": " + std::strerror(errno));
-}
+[[noreturn]] inline void die(const std::string& what) { fail(what + ": " + std::strerror(errno)); }
 
 inline sockaddr_in addr_of(const std::string& hostport) {
     const auto a = cordon::bench::addr_of(hostport);
@@ -83,11 +81,11 @@ struct tunnel {
     int fd = -1;
     state st = state::idle;
     std::uint32_t session = 0;
-    bool expected = false;  // the kill should close it
-    bool pump = false;      // sends continuously during the kill
-    bool pumping = false;   // pump currently on
-    bool ping_owed = false; // survivor check: '?' not yet written
-    bool pong = false;      // survivor check: '!' received
+    bool expected = false;   // the kill should close it
+    bool pump = false;       // sends continuously during the kill
+    bool pumping = false;    // pump currently on
+    bool ping_owed = false;  // survivor check: '?' not yet written
+    bool pong = false;       // survivor check: '!' received
     double close_ms = -1;
     std::string head;
 };
@@ -134,9 +132,9 @@ private:
     std::size_t closed_before_reply_ = 0;
     std::string first_failure_;
     std::uint64_t pumped_bytes_ = 0;
-    std::vector<int> dead_;  // seen closed; closed for real after the timing
-    double waited_ms_ = 0;   // in epoll_wait between t0 and the last expected close
-    double loop_max_ms_ = 0; // longest batch of events handled then: the observation lag
+    std::vector<int> dead_;   // seen closed; closed for real after the timing
+    double waited_ms_ = 0;    // in epoll_wait between t0 and the last expected close
+    double loop_max_ms_ = 0;  // longest batch of events handled then: the observation lag
 };
 
 /// A number after "key": in a JSON text, or "n/a".

@@ -120,121 +120,120 @@ void bench::on_tunnel(std::size_t i, std::uint32_t events) {
     tunnel& t = t_[i];
     char buf[4096];
     switch (t.st) {
-    case state::connecting: {
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(t.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err != 0) {
-            setup_failed(i, std::string("connect: ") + std::strerror(err));
-            return;
-        }
-        if ((events & EPOLLOUT) == 0) {
-            return;
-        }
-        const std::string& req = connect_req_[t.session];
-        if (::send(t.fd, req.data(), req.size(), MSG_NOSIGNAL) !=
-            static_cast<ssize_t>(req.size())) {
-            setup_failed(i, std::string("send CONNECT: ") + std::strerror(errno));
-            return;
-        }
-        t.st = state::head;
-        modify(i, EPOLLIN | EPOLLRDHUP);
-        return;
-    }
-    case state::head: {
-        const ssize_t n = ::recv(t.fd, buf, sizeof buf, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            return;
-        }
-        if (n <= 0) {
-            setup_failed(i, "proxy closed before answering CONNECT" +
-                                (t.head.empty() ? std::string() : ": " + t.head));
-            return;
-        }
-        t.head.append(buf, static_cast<std::size_t>(n));
-        const auto end = t.head.find("\r\n\r\n");
-        if (end == std::string::npos) {
-            if (t.head.size() > 16 * 1024) {
-                setup_failed(i, "CONNECT answer head over 16 KiB");
+        case state::connecting: {
+            int err = 0;
+            socklen_t len = sizeof err;
+            ::getsockopt(t.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            if (err != 0) {
+                setup_failed(i, std::string("connect: ") + std::strerror(err));
+                return;
             }
+            if ((events & EPOLLOUT) == 0) {
+                return;
+            }
+            const std::string& req = connect_req_[t.session];
+            if (::send(t.fd, req.data(), req.size(), MSG_NOSIGNAL) !=
+                static_cast<ssize_t>(req.size())) {
+                setup_failed(i, std::string("send CONNECT: ") + std::strerror(errno));
+                return;
+            }
+            t.st = state::head;
+            modify(i, EPOLLIN | EPOLLRDHUP);
             return;
         }
-        if (t.head.rfind("HTTP/1.1 200", 0) != 0 && t.head.rfind("HTTP/1.0 200", 0) != 0) {
-            setup_failed(i, "proxy answered: " + t.head.substr(0, std::min<std::size_t>(
-                                                                      t.head.size(), 300)));
-            return;
-        }
-        if (t.head.size() != end + 4) {
-            setup_failed(i, "bytes after the CONNECT answer head");
-            return;
-        }
-        t.head.clear();
-        t.head.shrink_to_fit();
-        if (::send(t.fd, "?", 1, MSG_NOSIGNAL) != 1) {
-            setup_failed(i, std::string("send ping: ") + std::strerror(errno));
-            return;
-        }
-        t.st = state::ping;
-        return;
-    }
-    case state::ping: {
-        const ssize_t n = ::recv(t.fd, buf, 1, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            return;
-        }
-        if (n != 1 || buf[0] != '!') {
-            setup_failed(i, "no '!' back through the tunnel (is the sink reachable?)");
-            return;
-        }
-        t.st = state::open;
-        ++opened_;
-        --in_flight_;
-        return;
-    }
-    case state::open: {
-        // Read to EAGAIN (bounded): EOF or an error is the close we time.
-        for (int k = 0; k < 16; ++k) {
+        case state::head: {
             const ssize_t n = ::recv(t.fd, buf, sizeof buf, 0);
-            if (n > 0) {
-                for (ssize_t j = 0; j < n; ++j) {
-                    if (buf[j] == '!' && !t.pong) {
-                        t.pong = true;
-                        ++pongs_;
-                    }
-                }
-                continue;
-            }
             if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-                break;
+                return;
             }
-            mark_closed(i, n == 0 ? "eof" : "error");
-            return;
-        }
-        if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
-            mark_closed(i, "hup");
-            return;
-        }
-        if ((events & EPOLLOUT) != 0) {
-            if (t.pumping) {
-                if (!pump(t)) {
-                    mark_closed(i, "send");
+            if (n <= 0) {
+                setup_failed(i, "proxy closed before answering CONNECT" +
+                                    (t.head.empty() ? std::string() : ": " + t.head));
+                return;
+            }
+            t.head.append(buf, static_cast<std::size_t>(n));
+            const auto end = t.head.find("\r\n\r\n");
+            if (end == std::string::npos) {
+                if (t.head.size() > 16 * 1024) {
+                    setup_failed(i, "CONNECT answer head over 16 KiB");
                 }
-            } else if (t.ping_owed) {
-                const ssize_t n = ::send(t.fd, "?", 1, MSG_NOSIGNAL);
-                if (n == 1) {
-                    t.ping_owed = false;
+                return;
+            }
+            if (t.head.rfind("HTTP/1.1 200", 0) != 0 && t.head.rfind("HTTP/1.0 200", 0) != 0) {
+                setup_failed(i, "proxy answered: " +
+                                    t.head.substr(0, std::min<std::size_t>(t.head.size(), 300)));
+                return;
+            }
+            if (t.head.size() != end + 4) {
+                setup_failed(i, "bytes after the CONNECT answer head");
+                return;
+            }
+            t.head.clear();
+            t.head.shrink_to_fit();
+            if (::send(t.fd, "?", 1, MSG_NOSIGNAL) != 1) {
+                setup_failed(i, std::string("send ping: ") + std::strerror(errno));
+                return;
+            }
+            t.st = state::ping;
+            return;
+        }
+        case state::ping: {
+            const ssize_t n = ::recv(t.fd, buf, 1, 0);
+            if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                return;
+            }
+            if (n != 1 || buf[0] != '!') {
+                setup_failed(i, "no '!' back through the tunnel (is the sink reachable?)");
+                return;
+            }
+            t.st = state::open;
+            ++opened_;
+            --in_flight_;
+            return;
+        }
+        case state::open: {
+            // Read to EAGAIN (bounded): EOF or an error is the close we time.
+            for (int k = 0; k < 16; ++k) {
+                const ssize_t n = ::recv(t.fd, buf, sizeof buf, 0);
+                if (n > 0) {
+                    for (ssize_t j = 0; j < n; ++j) {
+                        if (buf[j] == '!' && !t.pong) {
+                            t.pong = true;
+                            ++pongs_;
+                        }
+                    }
+                    continue;
+                }
+                if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                    break;
+                }
+                mark_closed(i, n == 0 ? "eof" : "error");
+                return;
+            }
+            if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
+                mark_closed(i, "hup");
+                return;
+            }
+            if ((events & EPOLLOUT) != 0) {
+                if (t.pumping) {
+                    if (!pump(t)) {
+                        mark_closed(i, "send");
+                    }
+                } else if (t.ping_owed) {
+                    const ssize_t n = ::send(t.fd, "?", 1, MSG_NOSIGNAL);
+                    if (n == 1) {
+                        t.ping_owed = false;
+                        modify(i, EPOLLIN | EPOLLRDHUP);
+                    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                        mark_closed(i, "ping send");
+                    }
+                } else {
                     modify(i, EPOLLIN | EPOLLRDHUP);
-                } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
-                    mark_closed(i, "ping send");
                 }
-            } else {
-                modify(i, EPOLLIN | EPOLLRDHUP);
             }
+            return;
         }
-        return;
-    }
-    default:
-        return;
+        default: return;
     }
 }
 

@@ -67,9 +67,9 @@ int listen_on(int port) {
                 }
                 // Each '?' is a ping: answer '!' (pumped data is all 'x').
                 std::size_t pings = 0;
-                for (const char* p = buf; (p = static_cast<const char*>(std::memchr(
-                                               p, '?', static_cast<std::size_t>(buf + r - p)))) !=
-                                          nullptr;
+                for (const char* p = buf;
+                     (p = static_cast<const char*>(
+                          std::memchr(p, '?', static_cast<std::size_t>(buf + r - p)))) != nullptr;
                      ++p) {
                     ++pings;
                 }

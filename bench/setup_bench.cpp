@@ -60,8 +60,6 @@ constexpr std::size_t msg_len = 8;
     std::exit(1);
 }
 
-
-
 // The sink: accepts, answers the reply once it has the request's 8 bytes, closes on EOF.
 void run_sink(int lfd, const std::atomic<bool>& stop) {
     const int ep = ::epoll_create1(EPOLL_CLOEXEC);
@@ -166,16 +164,17 @@ int main(int argc, char** argv) {
         sink_port = ntohs(a.sin_port);
         sink = std::thread(run_sink, lfd, std::cref(stop));
     }
-    const std::string target =
-        arg(argc, argv, "--target", "localhost:" + std::to_string(sink_port));
+    const std::string target = arg(argc, argv, "--target",
+                                   "localhost:" + std::to_string(sink_port));
     std::string connect_req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n";
     if (!auth.empty()) {
-        connect_req += "Proxy-Authorization: Basic " + cordon::proxy::data::base64_encode(auth) + "\r\n";
+        connect_req += "Proxy-Authorization: Basic " + cordon::proxy::data::base64_encode(auth) +
+                       "\r\n";
     }
     connect_req += "\r\n";
     // --relay: a plain TCP relay (no CONNECT) in front of the sink, e.g. haproxy in TCP mode.
     const std::string relay = arg(argc, argv, "--relay");
-    const sockaddr_in dest = !relay.empty() ? addr_of(relay)
+    const sockaddr_in dest = !relay.empty()  ? addr_of(relay)
                              : proxy.empty() ? addr_of("127.0.0.1:" + std::to_string(sink_port))
                                              : addr_of(proxy);
 
@@ -246,9 +245,9 @@ int main(int argc, char** argv) {
                     finish(slot, false);
                     continue;
                 }
-                const bool sent = proxy.empty() ? send_all(c.fd, request, msg_len)
-                                                : send_all(c.fd, connect_req.data(),
-                                                           connect_req.size());
+                const bool sent = proxy.empty()
+                                      ? send_all(c.fd, request, msg_len)
+                                      : send_all(c.fd, connect_req.data(), connect_req.size());
                 if (!sent) {
                     finish(slot, false);
                     continue;

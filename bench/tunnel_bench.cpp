@@ -61,7 +61,6 @@ void check_deadline() {
     }
 }
 
-
 int connect_to(const sockaddr_in& a) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -130,7 +129,7 @@ int start_sink(std::atomic<bool>& stop, int port) {
             std::thread([fd] {
                 std::vector<char> buf(64 * 1024);
                 unsigned long long total = 0;
-                std::string head;                 // "L" + 20 digits: the length that follows
+                std::string head;                   // "L" + 20 digits: the length that follows
                 unsigned long long expect = ~0ULL;  // bytes in all, header included
                 for (;;) {
                     const ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
@@ -139,9 +138,8 @@ int start_sink(std::atomic<bool>& stop, int port) {
                     }
                     total += static_cast<unsigned long long>(n);
                     if (head.size() < header_len && (head.size() > 0 || buf[0] == 'L')) {
-                        head.append(buf.data(), std::min<std::size_t>(
-                                                    static_cast<std::size_t>(n),
-                                                    header_len - head.size()));
+                        head.append(buf.data(), std::min<std::size_t>(static_cast<std::size_t>(n),
+                                                                      header_len - head.size()));
                         if (head.size() == header_len) {
                             expect = header_len + std::stoull(head.substr(1));
                         }
@@ -191,7 +189,6 @@ long rss_kib(int pid) {
     return -1;
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -227,8 +224,8 @@ int main(int argc, char** argv) {
         unsigned long long sent = 0;
         while (sent < bytes) {
             check_deadline();
-            const std::size_t chunk =
-                static_cast<std::size_t>(std::min<unsigned long long>(buf.size(), bytes - sent));
+            const std::size_t chunk = static_cast<std::size_t>(
+                std::min<unsigned long long>(buf.size(), bytes - sent));
             const ssize_t n = ::send(fd, buf.data(), chunk, MSG_NOSIGNAL);
             if (n <= 0) {
                 die("send");
@@ -268,8 +265,8 @@ int main(int argc, char** argv) {
         std::printf("%d tunnels opened: proxy CPU %.1f us per tunnel setup (CONNECT, auth, "
                     "decide, resolve, connect, one exchange)\n",
                     tunnels, cpu * 1e6 / tunnels);
-        std::printf("%d tunnels: proxy RSS %ld KiB -> %ld KiB, %.2f KiB per idle tunnel\n",
-                    tunnels, before, after,
+        std::printf("%d tunnels: proxy RSS %ld KiB -> %ld KiB, %.2f KiB per idle tunnel\n", tunnels,
+                    before, after,
                     static_cast<double>(after - before) / static_cast<double>(tunnels));
         for (const int fd : fds) {
             ::close(fd);

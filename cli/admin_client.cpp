@@ -108,8 +108,7 @@ admin_response admin_call(const admin_target& t, std::string_view method, std::s
         const auto results = resolver.resolve(t.host, t.port);
         stream.expires_after(std::chrono::seconds(10));
         stream.connect(results);
-        http::request<http::string_body> req{http::string_to_verb(method),
-                                             std::string(path), 11};
+        http::request<http::string_body> req{http::string_to_verb(method), std::string(path), 11};
         req.set(http::field::host, t.host + ":" + t.port);
         req.set(http::field::authorization, "Bearer " + t.token);
         req.set(http::field::user_agent, "cordon-cli");
@@ -126,8 +125,8 @@ admin_response admin_call(const admin_target& t, std::string_view method, std::s
         http::read(stream, buffer, parser);
         return {static_cast<int>(parser.get().result_int()), parser.get().body()};
     } catch (const boost::system::system_error& e) {
-        throw std::runtime_error("cannot reach the admin API at " + t.host + ":" + t.port +
-                                 ": " + e.code().message());
+        throw std::runtime_error("cannot reach the admin API at " + t.host + ":" + t.port + ": " +
+                                 e.code().message());
     }
 }
 

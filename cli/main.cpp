@@ -87,8 +87,7 @@ int main(int argc, char** argv) {
                 return v.run(cordon::cli::args(all).subspan(1));
             } catch (const std::exception& e) {
                 std::cerr << "cordon " << first
-                          << ": unexpected error: " << cordon::common::without_location(e)
-                          << '\n';
+                          << ": unexpected error: " << cordon::common::without_location(e) << '\n';
                 return 1;
             }
         }

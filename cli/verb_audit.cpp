@@ -8,15 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "common/time.hpp"
 #include "cli/verbs.hpp"
+#include "common/time.hpp"
 #include "config/load.hpp"
 #include "proxy/audit/audit_timeline.hpp"
 
 namespace cordon::cli {
 namespace {
 
-constexpr std::string_view usage = R"(usage: cordon audit timeline SESSION [--since T] [--until T] [--json]
+constexpr std::string_view usage =
+    R"(usage: cordon audit timeline SESSION [--since T] [--until T] [--json]
                                [--audit DIR | --config FILE]
 
 Prints one session's audit events in time order: session created, tokens minted and
@@ -103,7 +104,7 @@ int audit(args in) {
     }
     std::string window_error;
     const auto window = proxy::audit::parse_time_window(since_text, until_text,
-                                                 common::wall_clock::now(), window_error);
+                                                        common::wall_clock::now(), window_error);
     if (!window) {
         return fail_usage(window_error);
     }
@@ -157,8 +158,7 @@ int audit(args in) {
         return 1;
     }
     if (events.empty()) {
-        std::cerr << "cordon audit: no events of session " << *session << " in " << *dir
-                  << '\n';
+        std::cerr << "cordon audit: no events of session " << *session << " in " << *dir << '\n';
         return 1;
     }
     return 0;

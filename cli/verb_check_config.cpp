@@ -25,8 +25,7 @@ options:
 
 std::string summary(const config::policy& p) {
     std::string s = p.source + ": ok: " + std::to_string(p.jobs.size()) +
-                    (p.jobs.size() == 1 ? " job, " : " jobs, ") +
-                    std::to_string(p.rule_count()) +
+                    (p.jobs.size() == 1 ? " job, " : " jobs, ") + std::to_string(p.rule_count()) +
                     (p.rule_count() == 1 ? " egress rule; proxy " : " egress rules; proxy ") +
                     p.listen.proxy.to_string();
     s += p.listen.dns ? ", dns " + p.listen.dns->to_string() : ", no dns listener";

@@ -167,8 +167,8 @@ int kill(args in) {
         return rc;
     }
     std::cout << "session " << id << " KILLED; " << num(out["connections_closed"])
-              << " connections closed, " << num(out["tokens_revoked"])
-              << " tokens revoked in " << num(out["elapsed_ms"]) << " ms\n";
+              << " connections closed, " << num(out["tokens_revoked"]) << " tokens revoked in "
+              << num(out["elapsed_ms"]) << " ms\n";
     return persisted(out) ? 0 : not_persisted("session kill");
 }
 
@@ -238,8 +238,8 @@ int token(args in) {
     std::uint64_t closed = 0;
     for (const auto& tid : tokens) {
         try {
-            const admin_response r =
-                admin_call(t, "DELETE", "/v1/sessions/" + id + "/tokens/" + tid);
+            const admin_response r = admin_call(t, "DELETE",
+                                                "/v1/sessions/" + id + "/tokens/" + tid);
             if (r.status != 200) {
                 return report_failure("token revoke", r);
             }

@@ -11,13 +11,13 @@
 #include <optional>
 #include <string>
 
-#include "common/time.hpp"
 #include "cli/verbs.hpp"
+#include "common/time.hpp"
 #include "config/decide.hpp"
-#include "config/load.hpp"
 #include "config/learn/public_suffix.hpp"
 #include "config/learn/replay.hpp"
 #include "config/learn/suggest.hpp"
+#include "config/load.hpp"
 #include "proxy/audit/audit_timeline.hpp"  // parse_time_window, human_bytes
 #include "proxy/audit/audit_traffic.hpp"
 
@@ -110,12 +110,10 @@ std::optional<int> parse(args in, options& o) {
             o.stats = true;
             continue;
         }
-        if (a != "--job" && a != "--since" && a != "--until" && a != "--audit" &&
-            a != "--config" && a != "--format" && a != "--siblings" &&
-            a != "--public-suffix-list") {
+        if (a != "--job" && a != "--since" && a != "--until" && a != "--audit" && a != "--config" &&
+            a != "--format" && a != "--siblings" && a != "--public-suffix-list") {
             return fail_usage(a.starts_with("-") ? "unknown option '" + std::string(a) + "'"
-                                                 : "unexpected argument '" + std::string(a) +
-                                                       "'");
+                                                 : "unexpected argument '" + std::string(a) + "'");
         }
         if (i + 1 >= in.size()) {
             return fail_usage(std::string(a) + " needs a value");
@@ -153,8 +151,8 @@ std::optional<int> parse(args in, options& o) {
 
 std::optional<int> time_window(const options& o, proxy::audit::traffic_query& q) {
     std::string error;
-    const auto window =
-        proxy::audit::parse_time_window(o.since_text, o.until_text, common::wall_clock::now(), error);
+    const auto window = proxy::audit::parse_time_window(o.since_text, o.until_text,
+                                                        common::wall_clock::now(), error);
     if (!window) {
         return fail_usage(error);
     }
@@ -254,8 +252,7 @@ int suggest(const options& o) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
     if (seen.requests.empty() && seen.dns.empty()) {
-        std::cerr << "cordon policy suggest: no traffic of job " << *o.job << " in " << dir
-                  << '\n';
+        std::cerr << "cordon policy suggest: no traffic of job " << *o.job << " in " << dir << '\n';
         return 1;
     }
     return 0;
@@ -294,8 +291,7 @@ int replay(const options& o) {
     }
     if (seen.requests.empty()) {
         // Nothing to judge is not "no change": a CI gate must not pass on a wrong directory.
-        std::cerr << "cordon policy replay: no requests of job " << *o.job << " in " << dir
-                  << '\n';
+        std::cerr << "cordon policy replay: no requests of job " << *o.job << " in " << dir << '\n';
         return 1;
     }
     const learn::replay_result r = learn::replay(seen, *compiled);

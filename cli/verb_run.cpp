@@ -12,8 +12,8 @@
 
 #include "cli/admin_client.hpp"
 #include "cli/verbs.hpp"
-#include "config/units.hpp"
 #include "common/error_text.hpp"
+#include "config/units.hpp"
 #include "shims/run.hpp"
 
 namespace cordon::cli {
@@ -66,8 +66,9 @@ private:
 std::optional<std::pair<unsigned, unsigned>> parse_user(std::string_view text) {
     const auto colon = text.find(':');
     const std::string user(text.substr(0, colon));
-    const std::string group_name =
-        colon == std::string_view::npos ? "" : std::string(text.substr(colon + 1));
+    const std::string group_name = colon == std::string_view::npos
+                                       ? ""
+                                       : std::string(text.substr(colon + 1));
     const auto number = [](const std::string& s) -> std::optional<unsigned> {
         if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
             return std::nullopt;
@@ -137,7 +138,7 @@ int run(args a) {
     o.admin_port = target.port;
     o.admin_token = target.token;
     o.admin_token_file = token_file;
-    const std::vector<std::string_view> valued{"--job", "--ttl", "--dns", "--admin-grace",
+    const std::vector<std::string_view> valued{"--job",          "--ttl",  "--dns", "--admin-grace",
                                                "--scratch-size", "--hide", "--user"};
     std::size_t i = 0;
     for (; i < opts.size(); ++i) {

@@ -9,7 +9,8 @@
 namespace cordon::cli {
 namespace {
 
-constexpr std::string_view usage = R"(usage: cordon serve --config FILE [--ready-file PATH] [--threads N]
+constexpr std::string_view usage =
+    R"(usage: cordon serve --config FILE [--ready-file PATH] [--threads N]
 
 Runs cordon: the egress proxy and the admin API, on the policy in FILE. Refuses to
 start on any policy error (printed as by `cordon check-config`), an unreadable admin

@@ -19,7 +19,8 @@ namespace {
 
 namespace json = boost::json;
 
-constexpr std::string_view session_usage = R"(usage: cordon session create JOB [--ttl DURATION] [--json]
+constexpr std::string_view session_usage =
+    R"(usage: cordon session create JOB [--ttl DURATION] [--json]
        cordon session list [--json]
        cordon session end ID
 
@@ -32,7 +33,8 @@ admin options (every verb that talks to the admin API):
   --admin-token-file FILE  its bearer token (env CORDON_ADMIN_TOKEN_FILE)
 )";
 
-constexpr std::string_view status_usage = R"(usage: cordon status [--top N] [--json] [--admin URL] [--admin-token-file FILE]
+constexpr std::string_view status_usage =
+    R"(usage: cordon status [--top N] [--json] [--admin URL] [--admin-token-file FILE]
 
 Shows cordon's state through the admin API (GET /v1/status and /v1/denials):
 listeners, policy, audit log health, the kill switch, active sessions, live
@@ -265,8 +267,7 @@ int session(args in) {
             job.resize(std::max<std::size_t>(job.size(), 20), ' ');
             std::string state = str(o.at("state"));
             state.resize(std::max<std::size_t>(state.size(), 8), ' ');
-            std::cout << id << ' ' << job << ' ' << state << ' ' << str(o.at("expires_at"))
-                      << '\n';
+            std::cout << id << ' ' << job << ' ' << state << ' ' << str(o.at("expires_at")) << '\n';
         }
         return 0;
     }
@@ -275,12 +276,11 @@ int session(args in) {
             std::cerr << "cordon session end: ID is required\n" << session_usage;
             return 2;
         }
-        if (int rc = call(t, "session end", "DELETE", "/v1/sessions/" + std::string(a[0]), {},
-                          v)) {
+        if (int rc = call(t, "session end", "DELETE", "/v1/sessions/" + std::string(a[0]), {}, v)) {
             return rc;
         }
-        std::cout << "session " << a[0] << " ended; "
-                  << str(v.as_object().at("connections_closed")) << " connections closed\n";
+        std::cout << "session " << a[0] << " ended; " << str(v.as_object().at("connections_closed"))
+                  << " connections closed\n";
         return 0;
     }
     std::cerr << "cordon session: unknown subcommand '" << sub << "'\n" << session_usage;
@@ -334,9 +334,9 @@ int status(args in) {
               << "proxy        " << str(o.at("listen").as_object().at("proxy")) << '\n'
               << "policy       " << str(pol.at("source")) << " (" << str(pol.at("jobs"))
               << (str(pol.at("jobs")) == "1" ? " job, " : " jobs, ") << str(pol.at("rules"))
-              << (str(pol.at("rules")) == "1" ? " rule)\n" : " rules)\n")
-              << "audit        " << (aud.at("healthy").as_bool() ? "healthy" : "UNWRITABLE")
-              << ", " << str(aud.at("path")) << '\n'
+              << (str(pol.at("rules")) == "1" ? " rule)\n" : " rules)\n") << "audit        "
+              << (aud.at("healthy").as_bool() ? "healthy" : "UNWRITABLE") << ", "
+              << str(aud.at("path")) << '\n'
               << "kill switch  "
               << (o.at("kill").as_object().at("engaged").as_bool()
                       ? "ENGAGED: " + str(o.at("kill").as_object().at("reason")) + " (by " +

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "common/time.hpp"
 #include "cli/admin_client.hpp"
 #include "cli/verbs.hpp"
+#include "common/time.hpp"
 #include "config/load.hpp"
 #include "proxy/report/worksheet.hpp"
 #include "proxy/report/worksheet_render.hpp"
@@ -108,7 +108,8 @@ int worksheet(args in) {
         return fail_usage("missing JOB");
     }
     if (!config::valid_job_name(*job)) {  // as the policy allows: safe in the URL path
-        return fail_usage("'" + *job + "' is not a job name (1-64 of [A-Za-z0-9._-], starting "
+        return fail_usage("'" + *job +
+                          "' is not a job name (1-64 of [A-Za-z0-9._-], starting "
                           "with a letter or digit)");
     }
     if (file) {
@@ -123,8 +124,8 @@ int worksheet(args in) {
         return 1;
     }
     try {
-        const std::string path = "/v1/jobs/" + *job + "/worksheet?format=" +
-                                 (markdown ? "md" : "json");
+        const std::string path = "/v1/jobs/" + *job +
+                                 "/worksheet?format=" + (markdown ? "md" : "json");
         const admin_response r = admin_call(t, "GET", path);
         if (r.status != 200) {
             return report_failure("worksheet", r);

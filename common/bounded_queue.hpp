@@ -64,8 +64,8 @@ public:
         for (;;) {
             c = &cells_[pos & mask_];
             const std::size_t seq = c->seq.load(std::memory_order_acquire);
-            const auto dif =
-                static_cast<std::ptrdiff_t>(seq) - static_cast<std::ptrdiff_t>(pos + 1);
+            const auto dif = static_cast<std::ptrdiff_t>(seq) -
+                             static_cast<std::ptrdiff_t>(pos + 1);
             if (dif == 0) {
                 if (dequeue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
                     break;

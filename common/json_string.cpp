@@ -116,8 +116,6 @@ void append_impl(std::string& out, std::string_view s) {
 
 void append_json_string(std::string& out, std::string_view s) { append_impl<false>(out, s); }
 
-void append_json_string_ascii(std::string& out, std::string_view s) {
-    append_impl<true>(out, s);
-}
+void append_json_string_ascii(std::string& out, std::string_view s) { append_impl<true>(out, s); }
 
 }  // namespace cordon::common

@@ -14,13 +14,11 @@ void append_rfc3339(std::string& out, wall_clock::time_point t) {
     if (year < 0 || year > 9999) {
         // Rare: the year does not fit 4 digits (or is negative); snprintf's %04d.
         char buf[64];
-        const int n = std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ", year,
-                                    static_cast<unsigned>(ymd.month()),
-                                    static_cast<unsigned>(ymd.day()),
-                                    static_cast<int>(hms.hours().count()),
-                                    static_cast<int>(hms.minutes().count()),
-                                    static_cast<int>(hms.seconds().count()),
-                                    static_cast<int>(hms.subseconds().count()));
+        const int n = std::snprintf(
+            buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ", year,
+            static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+            static_cast<int>(hms.hours().count()), static_cast<int>(hms.minutes().count()),
+            static_cast<int>(hms.seconds().count()), static_cast<int>(hms.subseconds().count()));
         out.append(buf, static_cast<std::size_t>(n));
         return;
     }

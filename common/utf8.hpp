@@ -15,7 +15,7 @@ namespace cordon::common::utf8 {
 /// maximal invalid subpart (Unicode ch. 3, "U+FFFD substitution of maximal subparts"): the
 /// bytes a decoder replaces by one U+FFFD before it goes on.
 struct sequence {
-    std::size_t length = 0;        ///< bytes taken, 1 to 4 (1 to 3 when invalid)
+    std::size_t length = 0;  ///< bytes taken, 1 to 4 (1 to 3 when invalid)
     bool valid = false;
     std::uint32_t code_point = 0;  ///< when valid
 };

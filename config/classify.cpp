@@ -110,9 +110,7 @@ bool prefix_matches(const bytes16& a, const bytes16& net, int len) noexcept {
     return true;
 }
 
-cidr host_prefix(const ip_address& a) {
-    return cidr{a, a.bits()};
-}
+cidr host_prefix(const ip_address& a) { return cidr{a, a.bits()}; }
 
 classification classify_v4(std::uint32_t v) {
     for (const auto& e : v4_table) {
@@ -139,30 +137,18 @@ cidr v4_image(const bytes16& base, int offset, const cidr& r) {
 
 std::string_view to_string(ip_class c) noexcept {
     switch (c) {
-        case ip_class::global:
-            return "global";
-        case ip_class::unspecified:
-            return "unspecified";
-        case ip_class::loopback:
-            return "loopback";
-        case ip_class::private_net:
-            return "private";
-        case ip_class::link_local:
-            return "link_local";
-        case ip_class::metadata:
-            return "metadata";
-        case ip_class::cgnat:
-            return "cgnat";
-        case ip_class::multicast:
-            return "multicast";
-        case ip_class::broadcast:
-            return "broadcast";
-        case ip_class::documentation:
-            return "documentation";
-        case ip_class::benchmark:
-            return "benchmark";
-        case ip_class::reserved:
-            return "reserved";
+        case ip_class::global: return "global";
+        case ip_class::unspecified: return "unspecified";
+        case ip_class::loopback: return "loopback";
+        case ip_class::private_net: return "private";
+        case ip_class::link_local: return "link_local";
+        case ip_class::metadata: return "metadata";
+        case ip_class::cgnat: return "cgnat";
+        case ip_class::multicast: return "multicast";
+        case ip_class::broadcast: return "broadcast";
+        case ip_class::documentation: return "documentation";
+        case ip_class::benchmark: return "benchmark";
+        case ip_class::reserved: return "reserved";
     }
     return "reserved";
 }
@@ -188,8 +174,7 @@ classification classify(const ip_address& a) noexcept {
                                  (std::uint32_t{b[off + 2]} << 8) | std::uint32_t{b[off + 3]};
         const classification inner = classify_v4(v4);
         switch (e.rule) {
-            case v6_rule::mapped:
-                return inner;
+            case v6_rule::mapped: return inner;
             case v6_rule::compatible:
                 if (inner.is_public()) {
                     return {ip_class::reserved, cidr{ip_address::v6(net), e.len}};
@@ -200,8 +185,7 @@ classification classify(const ip_address& a) noexcept {
                     return {ip_class::global, host_prefix(a)};
                 }
                 return {inner.cls, v4_image(net, e.v4_offset, inner.range)};
-            case v6_rule::fixed:
-                break;
+            case v6_rule::fixed: break;
         }
     }
     return {ip_class::global, host_prefix(a)};  // not reached: 2000::/3 closes the table
@@ -216,11 +200,10 @@ std::optional<cidr> opened_unspecified_range(const cidr& p) noexcept {
     for (int i = p.prefix_len; i < width; ++i) {
         last[static_cast<std::size_t>(i / 8)] |= static_cast<std::uint8_t>(0x80u >> (i % 8));
     }
-    const ip_address ends[2] = {
-        p.network, p.network.is_v4()
-                       ? ip_address::v4(std::array<std::uint8_t, 4>{last[0], last[1], last[2],
-                                                                     last[3]})
-                       : ip_address::v6(last)};
+    const ip_address ends[2] = {p.network, p.network.is_v4()
+                                               ? ip_address::v4(std::array<std::uint8_t, 4>{
+                                                     last[0], last[1], last[2], last[3]})
+                                               : ip_address::v6(last)};
     for (const ip_address& a : ends) {
         const classification c = classify(a);
         if (c.cls == ip_class::unspecified && c.range.contains(p)) {

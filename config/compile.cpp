@@ -36,9 +36,7 @@ job_tables build(const job& j) {
             add_prefix(r.net->network.is_v4() ? t.v4 : t.v6, *r.net, i);
         }
     }
-    auto longest_first = [](const prefix_level& a, const prefix_level& b) {
-        return a.len > b.len;
-    };
+    auto longest_first = [](const prefix_level& a, const prefix_level& b) { return a.len > b.len; };
     std::sort(t.v4.begin(), t.v4.end(), longest_first);
     std::sort(t.v6.begin(), t.v6.end(), longest_first);
     t.exact.build(exact);
@@ -61,10 +59,9 @@ void name_table::build(const std::unordered_map<std::string, rule_list>& entries
         while (slots_[i].rules_count != 0) {
             i = (i + 1) & (size - 1);
         }
-        slots_[i] = slot{h, static_cast<std::uint32_t>(keys_.size()),
-                         static_cast<std::uint32_t>(name.size()),
-                         static_cast<std::uint32_t>(rules_.size()),
-                         static_cast<std::uint32_t>(rules.size())};
+        slots_[i] = slot{
+            h, static_cast<std::uint32_t>(keys_.size()), static_cast<std::uint32_t>(name.size()),
+            static_cast<std::uint32_t>(rules_.size()), static_cast<std::uint32_t>(rules.size())};
         keys_ += name;
         rules_.insert(rules_.end(), rules.begin(), rules.end());
     }

@@ -11,11 +11,25 @@ namespace cordon::config {
 
 std::string_view to_string(deny_reason r) noexcept {
     static constexpr std::array<std::string_view, deny_reason_count> names{
-        "none",           "no_rule",      "port",          "protocol",
-        "method",         "private_address", "bad_request", "unknown_job",
-        "sni_mismatch",   "kill_switch",  "session_killed", "token_expired",
-        "auth",           "limit",        "budget",         "policy_changed",
-        "token_revoked",  "session_ended", "audit_unavailable",
+        "none",
+        "no_rule",
+        "port",
+        "protocol",
+        "method",
+        "private_address",
+        "bad_request",
+        "unknown_job",
+        "sni_mismatch",
+        "kill_switch",
+        "session_killed",
+        "token_expired",
+        "auth",
+        "limit",
+        "budget",
+        "policy_changed",
+        "token_revoked",
+        "session_ended",
+        "audit_unavailable",
     };
     const auto i = static_cast<std::size_t>(r);
     return i < names.size() ? names[i] : "unknown";
@@ -52,8 +66,7 @@ public:
     bool consider(rule_span rules, const classification* literal = nullptr) {
         for (const std::uint32_t i : rules) {
             const egress_rule& r = job_.egress[i];
-            if (literal != nullptr && !literal->is_public() &&
-                !literal->range.contains(*r.net)) {
+            if (literal != nullptr && !literal->is_public() && !literal->range.contains(*r.net)) {
                 continue;
             }
             int s = host_ok;
@@ -160,10 +173,8 @@ decision decide(const decide_args& args, const compiled_policy& p) {
             }
             return decide_address(j, t, args, lit.address);
         case literal_kind::non_canonical:
-        case literal_kind::invalid:
-            return deny(deny_reason::bad_request);
-        case literal_kind::not_ip:
-            break;
+        case literal_kind::invalid: return deny(deny_reason::bad_request);
+        case literal_kind::not_ip: break;
     }
     char buf[max_host_length + 1];
     const std::size_t n = normalise_host_into(args.host, buf);

@@ -20,9 +20,7 @@ using bytes16 = std::array<std::uint8_t, 16>;
 constexpr std::size_t max_v6_text = 45;
 constexpr std::size_t max_zone = 64;
 
-bool is_digit(char c) noexcept {
-    return c >= '0' && c <= '9';
-}
+bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 
 bool is_hex(char c) noexcept {
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -117,8 +115,8 @@ std::optional<std::uint32_t> parse_lenient_v4(std::string_view s) noexcept {
             return std::nullopt;
         }
         const std::size_t dot = s.find('.', start);
-        const std::string_view p =
-            s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+        const std::string_view p = s.substr(
+            start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
         const auto v = parse_aton_part(p);
         if (!v) {
             return std::nullopt;
@@ -298,9 +296,7 @@ std::string explain_bad_address(std::string_view text) {
     return quote(text) + " is not an IP address";
 }
 
-cidr_result fail(std::string message) {
-    return cidr_result{std::nullopt, std::move(message)};
-}
+cidr_result fail(std::string message) { return cidr_result{std::nullopt, std::move(message)}; }
 
 }  // namespace
 

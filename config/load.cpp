@@ -39,18 +39,18 @@ namespace detail {
 
 void loader::load(const YAML::Node& root, policy& p) {
     if (!root.IsMap()) {
-        error(root, "", "a policy is a mapping with keys listen, jobs, ...; got " +
-                            kind_of(root));
+        error(root, "", "a policy is a mapping with keys listen, jobs, ...; got " + kind_of(root));
         return;
     }
-    const auto keys = check_keys(root, "", {"listen", "admin", "dns", "state", "audit",
-                                            "alerts", "kill", "proxy", "jobs"});
+    const auto keys = check_keys(
+        root, "", {"listen", "admin", "dns", "state", "audit", "alerts", "kill", "proxy", "jobs"});
     // Jobs first: later sections refer to job names.
     if (const auto* n = find(keys, "jobs")) {
         load_jobs(*n, p);
     } else if (!root["jobs"].IsDefined()) {
-        error(root, "", "missing key 'jobs' (write `jobs: {}` for a policy that allows "
-                        "nothing)");
+        error(root, "",
+              "missing key 'jobs' (write `jobs: {}` for a policy that allows "
+              "nothing)");
     }
     if (const auto* n = find(keys, "listen")) {
         load_listen(*n, p.listen);
@@ -155,7 +155,6 @@ bool valid_job_name(std::string_view s) noexcept {
     return std::all_of(s.begin(), s.end(),
                        [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
 }
-
 
 load_result load_policy(std::string_view text, std::string_view file) {
     load_result result;

@@ -46,12 +46,13 @@ void loader::load_listen(const YAML::Node& n, listen_spec& out) {
     auto clash = [&](const std::optional<endpoint>& a, const std::optional<endpoint>& b,
                      const char* a_name, const char* b_name) {
         if (a && b && a->port != 0 && *a == *b) {
-            error(n, "listen", std::string(a_name) + " and " + b_name + " both use " +
-                                   a->to_string());
+            error(n, "listen",
+                  std::string(a_name) + " and " + b_name + " both use " + a->to_string());
         }
     };
-    const std::optional<endpoint> proxy =
-        find(keys, "proxy") != nullptr ? std::optional<endpoint>(out.proxy) : std::nullopt;
+    const std::optional<endpoint> proxy = find(keys, "proxy") != nullptr
+                                              ? std::optional<endpoint>(out.proxy)
+                                              : std::nullopt;
     clash(proxy, out.dns, "proxy", "dns");
     clash(proxy, out.admin, "proxy", "admin");
     clash(out.dns, out.admin, "dns", "admin");
@@ -96,9 +97,9 @@ void loader::load_dns(const YAML::Node& n, policy& p) {
     if (!expect_map(n, "dns")) {
         return;
     }
-    const auto keys =
-        check_keys(n, "dns", {"upstream", "deny_rcode", "default_job", "cache_entries",
-                              "query_types", "rate_limit", "inflight", "tcp"});
+    const auto keys = check_keys(n, "dns",
+                                 {"upstream", "deny_rcode", "default_job", "cache_entries",
+                                  "query_types", "rate_limit", "inflight", "tcp"});
     if (const auto* v = find(keys, "inflight")) {
         if (expect_map(*v, "dns.inflight")) {
             const auto ik = check_keys(*v, "dns.inflight", {"per_client", "total"});
@@ -117,8 +118,8 @@ void loader::load_dns(const YAML::Node& n, policy& p) {
     }
     if (const auto* v = find(keys, "tcp")) {
         if (expect_map(*v, "dns.tcp")) {
-            const auto tk =
-                check_keys(*v, "dns.tcp", {"max_connections", "max_per_client", "timeout"});
+            const auto tk = check_keys(*v, "dns.tcp",
+                                       {"max_connections", "max_per_client", "timeout"});
             if (const auto* c = find(tk, "max_connections")) {
                 if (auto x = get_int(*c, "dns.tcp.max_connections", 1, 65'536, "a count")) {
                     p.dns.tcp_max_connections = static_cast<std::uint32_t>(*x);
@@ -130,8 +131,7 @@ void loader::load_dns(const YAML::Node& n, policy& p) {
                 }
             }
             if (const auto* t = find(tk, "timeout")) {
-                if (auto d = get_duration(*t, "dns.tcp.timeout",
-                                          std::chrono::milliseconds(100),
+                if (auto d = get_duration(*t, "dns.tcp.timeout", std::chrono::milliseconds(100),
                                           std::chrono::minutes(10))) {
                     p.dns.tcp_timeout = *d;
                 }
@@ -151,8 +151,9 @@ void loader::load_dns(const YAML::Node& n, policy& p) {
                 const auto t = parse_query_type(names[i]);
                 if (!t || *t == 255) {
                     error((*v)[i], "dns.query_types[" + std::to_string(i) + "]",
-                          "'" + names[i] + "' is not a query type cordon answers (A, AAAA, "
-                          "CNAME, HTTPS, SVCB, TXT, MX, NS, PTR, SRV, SOA, CAA)");
+                          "'" + names[i] +
+                              "' is not a query type cordon answers (A, AAAA, "
+                              "CNAME, HTTPS, SVCB, TXT, MX, NS, PTR, SRV, SOA, CAA)");
                 } else {
                     p.dns.query_types.push_back(*t);
                 }
@@ -296,13 +297,12 @@ void loader::load_webhook(const YAML::Node& n, alerts_spec& out) {
         return;
     }
     if (!n.IsMap()) {
-        error(n, path, "expected a URL or a mapping with url, interval, ..., got " +
-                           kind_of(n));
+        error(n, path, "expected a URL or a mapping with url, interval, ..., got " + kind_of(n));
         return;
     }
-    const auto keys =
-        check_keys(n, path, {"url", "interval", "max_per_minute", "timeout", "retries",
-                             "burst_threshold", "burst_window", "headers"});
+    const auto keys = check_keys(n, path,
+                                 {"url", "interval", "max_per_minute", "timeout", "retries",
+                                  "burst_threshold", "burst_window", "headers"});
     webhook_spec w;
     bool ok = true;
     if (const auto* v = find(keys, "url")) {
@@ -357,10 +357,9 @@ void loader::load_webhook_headers(const YAML::Node& n, const std::string& path,
     constexpr std::size_t max_headers = 32;
     constexpr std::size_t max_value = 8192;
     // Headers cordon writes itself, or that would change how the request is framed.
-    constexpr std::string_view reserved[] = {"host",    "content-length", "content-type",
-                                             "transfer-encoding", "connection", "te",
-                                             "upgrade", "expect",         "keep-alive",
-                                             "trailer"};
+    constexpr std::string_view reserved[] = {
+        "host", "content-length", "content-type", "transfer-encoding", "connection",
+        "te",   "upgrade",        "expect",       "keep-alive",        "trailer"};
     std::set<std::string> seen;
     for (const auto& entry : n) {
         const YAML::Node& key = entry.first;
@@ -370,15 +369,16 @@ void loader::load_webhook_headers(const YAML::Node& n, const std::string& path,
             continue;
         }
         const std::string& name = key.Scalar();
-        const bool token =
-            !name.empty() && name.size() <= 64 &&
-            std::all_of(name.begin(), name.end(), [](char c) {
-                return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9') || c == '-' || c == '_';
-            });
+        const bool token = !name.empty() && name.size() <= 64 &&
+                           std::all_of(name.begin(), name.end(), [](char c) {
+                               return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                      (c >= '0' && c <= '9') || c == '-' || c == '_';
+                           });
         if (!token) {
-            error(key, path, "'" + name + "' is not a header name ([A-Za-z0-9_-], at "
-                             "most 64 characters)");
+            error(key, path,
+                  "'" + name +
+                      "' is not a header name ([A-Za-z0-9_-], at "
+                      "most 64 characters)");
             continue;
         }
         std::string lower = name;
@@ -386,8 +386,7 @@ void loader::load_webhook_headers(const YAML::Node& n, const std::string& path,
             c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
         }
         const std::string where = path + "." + name;
-        if (std::find(std::begin(reserved), std::end(reserved), lower) !=
-            std::end(reserved)) {
+        if (std::find(std::begin(reserved), std::end(reserved), lower) != std::end(reserved)) {
             error(key, where, "cordon sets this header itself");
             continue;
         }
@@ -401,10 +400,10 @@ void loader::load_webhook_headers(const YAML::Node& n, const std::string& path,
         }
         // Values are secrets: messages say what is wrong, never what was written.
         if (!value.IsScalar()) {
-            error(value, where, "expected a string, got " +
-                                    std::string(value.IsSequence() ? "a list"
-                                                : value.IsMap()    ? "a mapping"
-                                                                   : "nothing"));
+            error(value, where,
+                  "expected a string, got " + std::string(value.IsSequence() ? "a list"
+                                                          : value.IsMap()    ? "a mapping"
+                                                                             : "nothing"));
             continue;
         }
         const std::string& v = value.Scalar();
@@ -413,8 +412,9 @@ void loader::load_webhook_headers(const YAML::Node& n, const std::string& path,
             return b == '\t' || (b >= 0x20 && b != 0x7f);
         });
         if (v.empty() || v.size() > max_value || !clean) {
-            error(value, where, "the value must be 1..8192 characters without control "
-                                "characters or line breaks");
+            error(value, where,
+                  "the value must be 1..8192 characters without control "
+                  "characters or line breaks");
             continue;
         }
         out.emplace_back(name, v);
@@ -430,8 +430,7 @@ void loader::load_kill(const YAML::Node& n, kill_spec& out) {
         out.stop_authority = get_strings(*v, "kill.stop_authority", "people or teams");
     }
     if (const auto* v = find(keys, "max_stop_seconds")) {
-        if (auto s = get_int(*v, "kill.max_stop_seconds", 1, max_stop_seconds_limit,
-                             "seconds")) {
+        if (auto s = get_int(*v, "kill.max_stop_seconds", 1, max_stop_seconds_limit, "seconds")) {
             out.max_stop_seconds = static_cast<int>(*s);
         }
     }
@@ -441,9 +440,9 @@ void loader::load_proxy(const YAML::Node& n, proxy_spec& out) {
     if (!expect_map(n, "proxy")) {
         return;
     }
-    const auto keys =
-        check_keys(n, "proxy", {"max_header_bytes", "header_timeout", "connect_timeout",
-                                "handshake_timeout", "idle_timeout", "max_connections"});
+    const auto keys = check_keys(n, "proxy",
+                                 {"max_header_bytes", "header_timeout", "connect_timeout",
+                                  "handshake_timeout", "idle_timeout", "max_connections"});
     using std::chrono::milliseconds;
     if (const auto* v = find(keys, "max_header_bytes")) {
         if (auto s = get_string(*v, "proxy.max_header_bytes")) {

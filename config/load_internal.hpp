@@ -45,8 +45,7 @@ private:
     void load_job(const YAML::Node& n, const std::string& path, job& j);
     // Returns false when the rule is unusable; errors are reported either way.
     bool load_rule(const YAML::Node& n, const std::string& path, egress_rule& r);
-    void load_ports(const YAML::Node& n, const std::string& path,
-                    std::vector<std::uint16_t>& out);
+    void load_ports(const YAML::Node& n, const std::string& path, std::vector<std::uint16_t>& out);
     void load_resolves_to(const YAML::Node& n, const std::string& path, std::vector<cidr>& out);
     // True (after the error) when `p` would open the unspecified range.
     bool refuse_unspecified(const YAML::Node& n, const std::string& path, const cidr& p);

@@ -50,8 +50,7 @@ bool plain_path(std::string_view s) {
     }
     return true;
 }
-constexpr const char* not_plain =
-    "is not a plain path: write it without '//', '.' or '..' parts";
+constexpr const char* not_plain = "is not a plain path: write it without '//', '.' or '..' parts";
 
 // True when path `inner` is `outer` or lies below it.
 bool path_within(std::string_view inner, std::string_view outer) {
@@ -61,8 +60,8 @@ bool path_within(std::string_view inner, std::string_view outer) {
     if (outer == "/") {
         return true;
     }
-    return inner == outer || (inner.starts_with(outer) && inner.size() > outer.size() &&
-                              inner[outer.size()] == '/');
+    return inner == outer ||
+           (inner.starts_with(outer) && inner.size() > outer.size() && inner[outer.size()] == '/');
 }
 
 }  // namespace
@@ -84,8 +83,9 @@ void loader::load_jobs(const YAML::Node& n, policy& p) {
         const std::string& name = key.Scalar();
         const std::string path = "jobs." + name;
         if (!valid_job_name(name)) {
-            error(key, path, "job names are 1-64 characters of [A-Za-z0-9._-], starting "
-                             "with a letter or digit");
+            error(key, path,
+                  "job names are 1-64 characters of [A-Za-z0-9._-], starting "
+                  "with a letter or digit");
             continue;
         }
         if (!seen.insert(name).second) {
@@ -110,9 +110,9 @@ void loader::load_job(const YAML::Node& n, const std::string& path, job& j) {
     if (!expect_map(n, path)) {
         return;
     }
-    const auto keys =
-        check_keys(n, path, {"task", "inputs", "outputs", "mode", "egress", "limits",
-                             "sources", "identity", "filesystem", "env"});
+    const auto keys = check_keys(n, path,
+                                 {"task", "inputs", "outputs", "mode", "egress", "limits",
+                                  "sources", "identity", "filesystem", "env"});
     if (const auto* v = find(keys, "task")) {
         j.task = get_string(*v, path + ".task").value_or("");
     } else {
@@ -210,8 +210,8 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
     }
     r.pos = {n.Mark().line + 1, n.Mark().column + 1};
     const std::size_t errors_before = errors_.size();
-    const auto keys =
-        check_keys(n, path, {"host", "cidr", "ports", "protocol", "methods", "resolves_to"});
+    const auto keys = check_keys(n, path,
+                                 {"host", "cidr", "ports", "protocol", "methods", "resolves_to"});
     const auto* host = find(keys, "host");
     const auto* net = find(keys, "cidr");
     if (host != nullptr && net != nullptr) {
@@ -257,10 +257,10 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
     }
     if (net != nullptr) {
         if (proto == nullptr) {
-            error(n, path, "a 'cidr' rule must name its protocol: tcp or http (tls needs "
-                           "a host name for the SNI check)");
-        } else if (r.proto == protocol::tls && proto->IsScalar() &&
-                   proto->Scalar() == "tls") {
+            error(n, path,
+                  "a 'cidr' rule must name its protocol: tcp or http (tls needs "
+                  "a host name for the SNI check)");
+        } else if (r.proto == protocol::tls && proto->IsScalar() && proto->Scalar() == "tls") {
             error(*proto, path + ".protocol",
                   "tls needs a host name to check the SNI against; use tcp for a 'cidr' "
                   "rule");
@@ -277,13 +277,15 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
                     continue;
                 }
                 if (!valid_http_method(*s)) {
-                    error((*v)[i], mp, "'" + *s + "' is not an HTTP method (write it in "
-                                       "upper case, e.g. GET)");
+                    error((*v)[i], mp,
+                          "'" + *s +
+                              "' is not an HTTP method (write it in "
+                              "upper case, e.g. GET)");
                 } else if (*s == "CONNECT") {
-                    error((*v)[i], mp, "CONNECT is not forwarded by http rules; use a tls "
-                                       "or tcp rule");
-                } else if (std::find(r.methods.begin(), r.methods.end(), *s) !=
-                           r.methods.end()) {
+                    error((*v)[i], mp,
+                          "CONNECT is not forwarded by http rules; use a tls "
+                          "or tcp rule");
+                } else if (std::find(r.methods.begin(), r.methods.end(), *s) != r.methods.end()) {
                     error((*v)[i], mp, "'" + *s + "' listed twice");
                 } else {
                     r.methods.push_back(std::move(*s));
@@ -344,13 +346,15 @@ void loader::load_resolves_to(const YAML::Node& n, const std::string& path,
         const classification c = classify(nets[i].network);
         const std::string ip = path + "[" + std::to_string(i) + "]";
         if (c.is_public()) {
-            error(n[i], ip, nets[i].to_string() + " is public address space; resolves_to "
-                            "lists only the non-public ranges a name may resolve into");
+            error(n[i], ip,
+                  nets[i].to_string() + " is public address space; resolves_to "
+                                        "lists only the non-public ranges a name may resolve into");
         } else if (!c.range.contains(nets[i])) {
-            error(n[i], ip, nets[i].to_string() + " reaches beyond the " +
-                                std::string(to_string(c.cls)) + " range " +
-                                c.range.to_string() + "; resolves_to lists only "
-                                "non-public ranges, one entry per range");
+            error(n[i], ip,
+                  nets[i].to_string() + " reaches beyond the " + std::string(to_string(c.cls)) +
+                      " range " + c.range.to_string() +
+                      "; resolves_to lists only "
+                      "non-public ranges, one entry per range");
         } else if (!refuse_unspecified(n[i], ip, nets[i])) {
             out.push_back(nets[i]);
         }
@@ -363,9 +367,10 @@ void loader::load_resolves_to(const YAML::Node& n, const std::string& path,
 bool loader::refuse_unspecified(const YAML::Node& n, const std::string& path, const cidr& p) {
     const std::optional<cidr> range = opened_unspecified_range(p);
     if (range) {
-        error(n, path, p.to_string() + " opens the unspecified range " +
-                           range->to_string() + ", which the kernel connects to this "
-                           "host (cordon's own listeners): it is never egress");
+        error(n, path,
+              p.to_string() + " opens the unspecified range " + range->to_string() +
+                  ", which the kernel connects to this "
+                  "host (cordon's own listeners): it is never egress");
     }
     return range.has_value();
 }
@@ -402,11 +407,12 @@ void loader::load_identity(const YAML::Node& n, const std::string& path, identit
         if (auto s = get_string(*v, path + ".ttl")) {
             auto d = parse_duration(*s);
             if (!d) {
-                error(*v, path + ".ttl", "expected a duration such as 30m or 2h, got '" +
-                                             *s + "'");
+                error(*v, path + ".ttl", "expected a duration such as 30m or 2h, got '" + *s + "'");
             } else if (*d < min_ttl || *d > max_ttl) {
-                error(*v, path + ".ttl", "'" + *s + "' is outside 1m..24h (tokens are "
-                                         "short-lived)");
+                error(*v, path + ".ttl",
+                      "'" + *s +
+                          "' is outside 1m..24h (tokens are "
+                          "short-lived)");
             } else {
                 out.ttl = *d;
             }
@@ -430,9 +436,9 @@ void loader::load_identity(const YAML::Node& n, const std::string& path, identit
             }
             if (const auto* f = find(mk, "file")) {
                 out.mint_file = get_string(*f, mp + ".file");
-                if (out.mint_file && (out.mint_file->empty() ||
-                                      out.mint_file->find('/') != std::string::npos ||
-                                      *out.mint_file == "." || *out.mint_file == "..")) {
+                if (out.mint_file &&
+                    (out.mint_file->empty() || out.mint_file->find('/') != std::string::npos ||
+                     *out.mint_file == "." || *out.mint_file == "..")) {
                     error(*f, mp + ".file", "expected a file name inside scratch (no '/')");
                 }
             }
@@ -458,8 +464,7 @@ void loader::load_filesystem(const YAML::Node& n, const std::string& path, files
             if (*s == "optional") {
                 out.landlock_optional = true;
             } else if (*s != "required") {
-                error(*v, path + ".landlock", "expected required or optional, got '" + *s +
-                                                  "'");
+                error(*v, path + ".landlock", "expected required or optional, got '" + *s + "'");
             }
         }
     }
@@ -483,8 +488,11 @@ void loader::load_filesystem(const YAML::Node& n, const std::string& path, files
                         continue;
                     }
                     if (out.scratch && path_within(*out.scratch, *s)) {
-                        error((*v)[i], pp, "scratch dir " + *out.scratch + " lies in "
-                                           "never_write path " + *s);
+                        error((*v)[i], pp,
+                              "scratch dir " + *out.scratch +
+                                  " lies in "
+                                  "never_write path " +
+                                  *s);
                     }
                     out.never_write.push_back(std::move(*s));
                 }
@@ -506,8 +514,8 @@ void loader::check_sources(const policy& p) {
                         d.line = p.jobs[b].pos.line;
                         d.column = p.jobs[b].pos.column;
                         d.message = "jobs." + p.jobs[b].name + ".sources: " + y.to_string() +
-                                    " overlaps " + x.to_string() + " of job " +
-                                    p.jobs[a].name + "; a client belongs to one job";
+                                    " overlaps " + x.to_string() + " of job " + p.jobs[a].name +
+                                    "; a client belongs to one job";
                         errors_.push_back(std::move(d));
                     }
                 }

@@ -5,8 +5,7 @@ namespace {
 
 bool in_report_mode(std::string_view job, const compiled_policy& p) {
     const int ji = p.job_index(job);
-    return ji >= 0 &&
-           p.source().jobs[static_cast<std::size_t>(ji)].mode == job_mode::report;
+    return ji >= 0 && p.source().jobs[static_cast<std::size_t>(ji)].mode == job_mode::report;
 }
 
 // Let through, flagged. The rule naming the host keeps governing its addresses only where
@@ -32,10 +31,8 @@ bool report_relaxes(deny_reason r) noexcept {
         case deny_reason::no_rule:
         case deny_reason::port:
         case deny_reason::protocol:
-        case deny_reason::method:
-            return true;
-        default:
-            return false;
+        case deny_reason::method: return true;
+        default: return false;
     }
 }
 

@@ -47,9 +47,7 @@ std::string egress_rule::describe() const {
     return out;
 }
 
-std::string endpoint::to_string() const {
-    return host_port(address.to_string(), port);
-}
+std::string endpoint::to_string() const { return host_port(address.to_string(), port); }
 
 endpoint_result parse_endpoint(std::string_view text) {
     endpoint_result r;
@@ -57,8 +55,7 @@ endpoint_result parse_endpoint(std::string_view text) {
     std::string_view port;
     if (text.starts_with('[')) {
         const auto close = text.find(']');
-        if (close == std::string_view::npos || close + 1 >= text.size() ||
-            text[close + 1] != ':') {
+        if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
             r.error = "expected [IPV6]:PORT";
             return r;
         }
@@ -79,7 +76,8 @@ endpoint_result parse_endpoint(std::string_view text) {
     }
     const auto addr = parse_ip(host);
     if (!addr) {
-        r.error = "'" + std::string(host) + "' is not an IP address (listen on an address, "
+        r.error = "'" + std::string(host) +
+                  "' is not an IP address (listen on an address, "
                   "not a name)";
         return r;
     }
@@ -96,9 +94,9 @@ endpoint_result parse_endpoint(std::string_view text) {
 
 std::optional<std::uint16_t> parse_query_type(std::string_view name) {
     static constexpr std::pair<std::string_view, std::uint16_t> types[] = {
-        {"A", 1},    {"NS", 2},   {"CNAME", 5}, {"SOA", 6},   {"PTR", 12},   {"MX", 15},
-        {"TXT", 16}, {"AAAA", 28}, {"SRV", 33}, {"SVCB", 64}, {"HTTPS", 65}, {"CAA", 257},
-        {"ANY", 255},
+        {"A", 1},      {"NS", 2},    {"CNAME", 5}, {"SOA", 6},  {"PTR", 12},
+        {"MX", 15},    {"TXT", 16},  {"AAAA", 28}, {"SRV", 33}, {"SVCB", 64},
+        {"HTTPS", 65}, {"CAA", 257}, {"ANY", 255},
     };
     for (const auto& [n, v] : types) {
         if (n == name) {

@@ -174,11 +174,11 @@ struct audit_spec {
 /// The alert webhook: denials coalesced per session into JSON POSTs (proxy/alerts/webhook.hpp).
 struct webhook_spec {
     std::string url;  ///< http(s); may embed a secret: log only config::http_url::origin()
-    std::chrono::milliseconds interval{60'000};   ///< coalescing window per session
-    std::uint32_t max_per_minute = 30;            ///< POSTs across all sessions
-    std::chrono::milliseconds timeout{5'000};     ///< one delivery attempt, end to end
-    std::uint32_t retries = 3;                    ///< after the first attempt
-    std::uint32_t burst_threshold = 10;           ///< denials of one session within
+    std::chrono::milliseconds interval{60'000};      ///< coalescing window per session
+    std::uint32_t max_per_minute = 30;               ///< POSTs across all sessions
+    std::chrono::milliseconds timeout{5'000};        ///< one delivery attempt, end to end
+    std::uint32_t retries = 3;                       ///< after the first attempt
+    std::uint32_t burst_threshold = 10;              ///< denials of one session within
     std::chrono::milliseconds burst_window{60'000};  ///< burst_window that make a burst
     /// Extra request headers (e.g. Authorization). Values are secrets: never logged.
     std::vector<std::pair<std::string, std::string>> headers;
@@ -195,13 +195,13 @@ struct kill_spec {
 
 /// Limits and timeouts of the proxy listener. Each stops an attack named beside it.
 struct proxy_spec {
-    std::size_t max_header_bytes = 16 * 1024;  ///< request head size: header floods
+    std::size_t max_header_bytes = 16 * 1024;             ///< request head size: header floods
     std::chrono::milliseconds header_timeout{10'000};     ///< whole request head: slowloris
     std::chrono::milliseconds connect_timeout{10'000};    ///< upstream TCP connect: blackholes
     std::chrono::milliseconds handshake_timeout{10'000};  ///< TLS ClientHello after 200:
                                                           ///< tunnels held open unused
-    std::chrono::milliseconds idle_timeout{300'000};  ///< no byte either way: idle hoarding
-    std::uint32_t max_connections = 20'000;           ///< client connections: fd exhaustion
+    std::chrono::milliseconds idle_timeout{300'000};      ///< no byte either way: idle hoarding
+    std::uint32_t max_connections = 20'000;               ///< client connections: fd exhaustion
 };
 
 /// A whole validated policy file.

@@ -68,10 +68,10 @@ struct prefix_level {
 };
 
 struct job_tables {
-    name_table exact;              // host -> rules naming it exactly
-    name_table wildcard;           // suffix -> rules "*.suffix"
+    name_table exact;                   // host -> rules naming it exactly
+    name_table wildcard;                // suffix -> rules "*.suffix"
     std::uint64_t wildcard_depths = 0;  // bit n: some wildcard suffix has n labels (n < 64)
-    std::vector<prefix_level> v4;  // longest prefix first
+    std::vector<prefix_level> v4;       // longest prefix first
     std::vector<prefix_level> v6;
 };
 

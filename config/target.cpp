@@ -136,8 +136,8 @@ target_result parse_absolute_uri(std::string_view text) {
     std::string_view rest = text.substr(scheme_end + 3);
     const auto path_start = rest.find_first_of("/?#");
     const std::string_view authority = rest.substr(0, path_start);
-    std::string_view path =
-        path_start == std::string_view::npos ? std::string_view() : rest.substr(path_start);
+    std::string_view path = path_start == std::string_view::npos ? std::string_view()
+                                                                 : rest.substr(path_start);
     if (authority.find('@') != std::string_view::npos) {
         r.error = "credentials in the URL are not forwarded; remove the user@ part";
         return r;

@@ -11,7 +11,7 @@ namespace cordon::config {
 
 /// Where a request wants to go.
 struct target {
-    std::string host;         ///< as sent, without brackets for IPv6 ("::1"), not normalised
+    std::string host;  ///< as sent, without brackets for IPv6 ("::1"), not normalised
     std::uint16_t port = 0;
     std::string origin_form;  ///< absolute-form only: "/path?query" for the upstream request
     std::string authority;    ///< absolute-form only: "host[:port]" as written in the URI

@@ -94,8 +94,8 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
             if (unit == name) {
                 // The sum must fit std::chrono::milliseconds (int64): compare in uint64, as
                 // max_ms - part would wrap for a part above max_ms.
-                constexpr auto max_ms =
-                    static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+                constexpr auto max_ms = static_cast<std::uint64_t>(
+                    std::numeric_limits<std::int64_t>::max());
                 std::uint64_t part = 0;
                 if (!checked_mul(n, factor, part) || part > max_ms || total > max_ms - part) {
                     return std::nullopt;

@@ -128,8 +128,8 @@ std::optional<std::string> yaml_reader::get_string(const YAML::Node& n, const st
 std::optional<std::int64_t> yaml_reader::get_int(const YAML::Node& n, const std::string& path,
                                                  std::int64_t lo, std::int64_t hi,
                                                  const std::string& what) {
-    const std::string expected =
-        "expected " + what + " " + std::to_string(lo) + ".." + std::to_string(hi);
+    const std::string expected = "expected " + what + " " + std::to_string(lo) + ".." +
+                                 std::to_string(hi);
     if (!n.IsScalar()) {
         error(n, path, expected + ", got " + kind_of(n));
         return std::nullopt;
@@ -210,9 +210,10 @@ std::optional<endpoint> yaml_reader::get_endpoint(const YAML::Node& n, const std
     return r.value;
 }
 
-std::optional<std::chrono::milliseconds> yaml_reader::get_duration(
-    const YAML::Node& n, const std::string& path, std::chrono::milliseconds lo,
-    std::chrono::milliseconds hi) {
+std::optional<std::chrono::milliseconds> yaml_reader::get_duration(const YAML::Node& n,
+                                                                   const std::string& path,
+                                                                   std::chrono::milliseconds lo,
+                                                                   std::chrono::milliseconds hi) {
     auto s = get_string(n, path);
     if (!s) {
         return std::nullopt;
@@ -223,8 +224,8 @@ std::optional<std::chrono::milliseconds> yaml_reader::get_duration(
         return std::nullopt;
     }
     if (*d < lo || *d > hi) {
-        error(n, path, "'" + *s + "' is outside " + format_duration(lo) + ".." +
-                           format_duration(hi));
+        error(n, path,
+              "'" + *s + "' is outside " + format_duration(lo) + ".." + format_duration(hi));
         return std::nullopt;
     }
     return d;

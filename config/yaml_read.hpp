@@ -47,8 +47,7 @@ protected:
     std::optional<std::string> get_string(const YAML::Node& n, const std::string& path,
                                           bool allow_empty = false);
     std::optional<std::int64_t> get_int(const YAML::Node& n, const std::string& path,
-                                        std::int64_t lo, std::int64_t hi,
-                                        const std::string& what);
+                                        std::int64_t lo, std::int64_t hi, const std::string& what);
     std::vector<std::string> get_strings(const YAML::Node& n, const std::string& path,
                                          const std::string& what);
     std::optional<std::string> get_path(const YAML::Node& n, const std::string& path);

@@ -44,8 +44,7 @@ private:
             return std::hash<std::string_view>{}(s);
         }
     };
-    std::unordered_map<std::string, std::vector<config::ip_address>, name_hash,
-                       std::equal_to<>>
+    std::unordered_map<std::string, std::vector<config::ip_address>, name_hash, std::equal_to<>>
         names_;
 };
 

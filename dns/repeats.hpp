@@ -7,13 +7,13 @@
 // distinct query at the time it was first asked, and a flood costs at most two
 // lines per distinct query per window. Pure: no I/O, no clock of its own.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
-#include <algorithm>
 #include <vector>
 
 #include "config/ip.hpp"

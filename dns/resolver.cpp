@@ -14,8 +14,8 @@
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "config/host.hpp"
@@ -117,7 +117,7 @@ private:
     // One lookup handed to c-ares; its address is the c-ares callback argument.
     struct query {
         resolver_impl* owner = nullptr;
-        callback done;  // empty once cancel_all() has answered it
+        callback done;                             // empty once cancel_all() has answered it
         std::function<void(raw_result)> raw_done;  // for async_query instead
         clock_type::time_point start;
     };
@@ -192,8 +192,8 @@ resolver_impl::resolver_impl(net::io_context& ioc, const resolver_options& opts)
     o.lookups = lookups;
     o.sock_state_cb = &resolver_impl::on_sock_state;
     o.sock_state_cb_data = this;
-    o.timeout = static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(
-        opts.timeout.count(), 1, INT_MAX));
+    o.timeout = static_cast<int>(
+        std::clamp<std::chrono::milliseconds::rep>(opts.timeout.count(), 1, INT_MAX));
     o.tries = std::max(1, opts.tries);
     o.flags = ARES_FLAG_NOALIASES;  // HOSTALIASES must not redirect the proxy's lookups
     const int mask = ARES_OPT_LOOKUPS | ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS |
@@ -226,13 +226,13 @@ resolver_impl::resolver_impl(net::io_context& ioc, const resolver_options& opts)
             if (n->family == AF_INET) {
                 std::array<std::uint8_t, 4> b{};
                 std::memcpy(b.data(), &n->addr.addr4, b.size());
-                append(csv_entry(config::ip_address::v4(b),
-                                 static_cast<std::uint16_t>(n->udp_port)));
+                append(
+                    csv_entry(config::ip_address::v4(b), static_cast<std::uint16_t>(n->udp_port)));
             } else if (n->family == AF_INET6) {
                 std::array<std::uint8_t, 16> b{};
                 std::memcpy(b.data(), &n->addr.addr6, b.size());
-                append(csv_entry(config::ip_address::v6(b),
-                                 static_cast<std::uint16_t>(n->udp_port)));
+                append(
+                    csv_entry(config::ip_address::v6(b), static_cast<std::uint16_t>(n->udp_port)));
             }
         }
         ares_free_data(sys);
@@ -306,8 +306,7 @@ void resolver_impl::async_resolve(std::string name, callback done) {
         // Fully qualified: resolv.conf search domains never apply to the proxy's names.
         const std::string fqdn = host.value + ".";
         // May call on_addrinfo before returning; finish() only posts, so that is safe.
-        ares_getaddrinfo(channel_, fqdn.c_str(), nullptr, &hints, &resolver_impl::on_addrinfo,
-                         arg);
+        ares_getaddrinfo(channel_, fqdn.c_str(), nullptr, &hints, &resolver_impl::on_addrinfo, arg);
         arm_timer();
         return;
     }
@@ -348,8 +347,8 @@ void resolver_impl::async_query(std::vector<std::uint8_t> message,
     queries_.emplace(arg, std::move(q));
     ++relayed_;
     // May call on_send before returning; the result is only posted, so that is safe.
-    ares_send(channel_, message.data(), static_cast<int>(message.size()),
-              &resolver_impl::on_send, arg);
+    ares_send(channel_, message.data(), static_cast<int>(message.size()), &resolver_impl::on_send,
+              arg);
     arm_timer();
 }
 
@@ -490,8 +489,8 @@ void resolver_impl::arm_timer() {
     if (ares_timeout(channel_, nullptr, &tv) == nullptr) {
         return;  // nothing pending; a timer still armed just fires once for nothing
     }
-    auto wait = std::chrono::ceil<std::chrono::milliseconds>(
-        std::chrono::seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec));
+    auto wait = std::chrono::ceil<std::chrono::milliseconds>(std::chrono::seconds(tv.tv_sec) +
+                                                             std::chrono::microseconds(tv.tv_usec));
     if (gate_) {
         // While lookups are pending, look at the gate at least this often: a kill cancels
         // them within it, not only at their next retry (seconds away).
@@ -504,13 +503,13 @@ void resolver_impl::arm_timer() {
     timer_armed_ = true;
     timer_deadline_ = deadline;
     timer_.expires_at(deadline);  // cancels the previous wait (operation_aborted)
-    timer_.async_wait([this, life = std::weak_ptr<char>(life_)](
-                          const boost::system::error_code& ec) {
-        if (life.expired() || ec == net::error::operation_aborted) {
-            return;
-        }
-        on_timer();
-    });
+    timer_.async_wait(
+        [this, life = std::weak_ptr<char>(life_)](const boost::system::error_code& ec) {
+            if (life.expired() || ec == net::error::operation_aborted) {
+                return;
+            }
+            on_timer();
+        });
 }
 
 void resolver_impl::on_timer() {

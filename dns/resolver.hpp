@@ -93,8 +93,7 @@ public:
 
 /// Creates the resolver: reads the hosts file and sets up a c-ares channel with `opts`.
 /// Throws std::runtime_error when c-ares cannot be set up (a startup error).
-std::unique_ptr<resolver> make_resolver(boost::asio::io_context& ioc,
-                                        const resolver_options& opts);
+std::unique_ptr<resolver> make_resolver(boost::asio::io_context& ioc, const resolver_options& opts);
 
 /// ares_library_init once per process (call from main before threads); returns false and
 /// sets `error` on failure. Safe to call more than once.

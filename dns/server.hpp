@@ -61,8 +61,7 @@ struct server_options {
     config::endpoint listen;
     config::deny_rcode deny = config::deny_rcode::refused;
     std::uint32_t cache_entries = 10'000;
-    std::vector<std::uint16_t> query_types{type_a, type_aaaa, type_cname, type_https,
-                                           type_svcb};
+    std::vector<std::uint16_t> query_types{type_a, type_aaaa, type_cname, type_https, type_svcb};
     /// One token bucket per session (queries carrying a valid session option), else per
     /// client address; every query takes a token, malformed ones included.
     std::uint32_t rate_qps = 100;
@@ -111,8 +110,8 @@ public:
     static std::shared_ptr<tables> make_tables();
 
     /// Binds both sockets; throws bind_error when it cannot.
-    server(boost::asio::io_context& ioc, resolver& upstream, policy_hook& hook,
-           server_options opts, std::shared_ptr<tables> shared);
+    server(boost::asio::io_context& ioc, resolver& upstream, policy_hook& hook, server_options opts,
+           std::shared_ptr<tables> shared);
     ~server();
     server(const server&) = delete;
     server& operator=(const server&) = delete;

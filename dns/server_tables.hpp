@@ -51,7 +51,7 @@ struct server::tables {
     };
     std::mutex mu;  // held only for a map lookup or update, never across I/O
     std::unordered_map<std::string, cache_entry> cache;  // key: "name/qtype/qclass"
-    std::deque<std::string> cache_order;  // insertion order, for eviction
+    std::deque<std::string> cache_order;                 // insertion order, for eviction
     std::unordered_map<client_key, bucket, client_hash> buckets;
     std::unordered_map<client_key, std::uint32_t, client_hash> inflight;  // upstream lookups
     std::uint32_t tcp_open = 0;
@@ -72,7 +72,7 @@ inline client_key key_of(const config::ip_address& client, const verdict& v) {
 
 // Adds one to a count of `counts` (under the tables' mutex) unless it is at `limit`.
 inline bool take(std::unordered_map<client_key, std::uint32_t, client_hash>& counts,
-          const client_key& k, std::uint32_t limit) {
+                 const client_key& k, std::uint32_t limit) {
     auto [it, fresh] = counts.try_emplace(k, 0);
     (void)fresh;
     if (it->second >= limit) {
@@ -83,7 +83,7 @@ inline bool take(std::unordered_map<client_key, std::uint32_t, client_hash>& cou
 }
 
 inline void give_back(std::unordered_map<client_key, std::uint32_t, client_hash>& counts,
-               const client_key& k) {
+                      const client_key& k) {
     if (auto it = counts.find(k); it != counts.end() && --it->second == 0) {
         counts.erase(it);
     }

@@ -119,8 +119,8 @@ std::vector<std::uint8_t> build_error(const query& q, rcode rc) {
     }
     std::vector<std::uint8_t> question_bytes;
     bool has_q = false;
-    if (q.has_question && encode_name(q.asked.size() == q.q.name.size() ? q.asked : q.q.name,
-                                      question_bytes)) {
+    if (q.has_question &&
+        encode_name(q.asked.size() == q.q.name.size() ? q.asked : q.q.name, question_bytes)) {
         put16(question_bytes, q.q.qtype);
         put16(question_bytes, q.q.qclass);
         has_q = true;
@@ -183,9 +183,8 @@ std::vector<std::uint8_t> build_address_answer(const query& q,
     return out;
 }
 
-std::vector<std::uint8_t> build_query(std::string_view name, std::uint16_t qtype,
-                                      std::uint16_t id, bool edns,
-                                      std::span<const edns_option> options) {
+std::vector<std::uint8_t> build_query(std::string_view name, std::uint16_t qtype, std::uint16_t id,
+                                      bool edns, std::span<const edns_option> options) {
     std::vector<std::uint8_t> out;
     put16(out, id);
     put16(out, flag_rd);

@@ -32,10 +32,9 @@ enum class rcode : std::uint8_t {
     badvers = 16,
 };
 
-inline constexpr std::uint16_t type_a = 1, type_ns = 2, type_cname = 5, type_soa = 6,
-                               type_ptr = 12, type_mx = 15, type_txt = 16, type_aaaa = 28,
-                               type_opt = 41, type_svcb = 64, type_https = 65, type_axfr = 252,
-                               type_any = 255;
+inline constexpr std::uint16_t type_a = 1, type_ns = 2, type_cname = 5, type_soa = 6, type_ptr = 12,
+                               type_mx = 15, type_txt = 16, type_aaaa = 28, type_opt = 41,
+                               type_svcb = 64, type_https = 65, type_axfr = 252, type_any = 255;
 inline constexpr std::uint16_t class_in = 1;
 
 /// EDNS(0) option code cordon reads (only from loopback) to tie a relayed query to its
@@ -134,9 +133,8 @@ std::vector<std::uint8_t> build_address_answer(const query& q,
 /// root; labels are taken as bytes, no escapes), `qtype`, class IN, `id`, and with `edns` an
 /// OPT (udp_size 1232, DO clear) carrying `options`. Returns an empty vector when the name
 /// has an empty label, a label > 63 or is > 255 octets, or the options do not fit.
-std::vector<std::uint8_t> build_query(std::string_view name, std::uint16_t qtype,
-                                      std::uint16_t id, bool edns = true,
-                                      std::span<const edns_option> options = {});
+std::vector<std::uint8_t> build_query(std::string_view name, std::uint16_t qtype, std::uint16_t id,
+                                      bool edns = true, std::span<const edns_option> options = {});
 
 /// One resource record of a parsed answer. `rdata` points into the message passed to
 /// parse_answer and is valid only as long as it is.
@@ -147,9 +145,9 @@ struct record {
     std::uint32_t ttl = 0;
     std::span<const std::uint8_t> rdata;
     std::size_t ttl_offset = 0;  ///< byte offset of the TTL field in the message
-    std::string target;  ///< CNAME, NS, PTR, MX (exchange), SOA (mname): the name in rdata,
-                         ///< decoded as `name`
-    std::string target2;  ///< SOA: rname
+    std::string target;          ///< CNAME, NS, PTR, MX (exchange), SOA (mname): the name in rdata,
+                                 ///< decoded as `name`
+    std::string target2;         ///< SOA: rname
 };
 
 /// An upstream answer walked by parse_answer. Record spans point into the message.
@@ -197,9 +195,9 @@ void age_answer(std::span<const std::uint8_t> msg, std::span<const ttl_field> fi
 /// An upstream answer rebuilt for relaying (sanitize_answer): a message cordon wrote itself.
 struct clean_answer {
     std::vector<std::uint8_t> message;
-    std::vector<ttl_field> ttls;      ///< every TTL field of `message`
+    std::vector<ttl_field> ttls;         ///< every TTL field of `message`
     std::uint32_t min_ttl = UINT32_MAX;  ///< the lowest of them; UINT32_MAX when none
-    bool negative = false;  ///< no record of the asked type (NXDOMAIN or NODATA)
+    bool negative = false;               ///< no record of the asked type (NXDOMAIN or NODATA)
 };
 
 /// Rebuilds a walked upstream answer into the message cordon relays, instead of the

@@ -112,8 +112,7 @@ std::optional<answer_view> parse_answer(bytes msg) {
                     }
                     seen_opt = true;
                     break;
-                default:
-                    break;
+                default: break;
             }
             rec.name = std::move(rr.name);
             sections[s]->push_back(std::move(rec));
@@ -134,8 +133,8 @@ std::vector<ttl_field> ttl_fields(const answer_view& a) {
     for (const auto* section : {&a.answers, &a.authority, &a.additional}) {
         for (const record& r : *section) {
             if (r.type != type_opt) {
-                out.push_back({static_cast<std::uint32_t>(r.ttl_offset),
-                               r.ttl > 0x7FFFFFFFu ? 0 : r.ttl});
+                out.push_back(
+                    {static_cast<std::uint32_t>(r.ttl_offset), r.ttl > 0x7FFFFFFFu ? 0 : r.ttl});
             }
         }
     }
@@ -329,9 +328,7 @@ std::optional<clean_answer> sanitize_answer(const answer_view& a, std::uint32_t 
                 }
                 m.insert(m.end(), r.rdata.end() - 20, r.rdata.end());
                 break;
-            default:
-                m.insert(m.end(), r.rdata.begin(), r.rdata.end());
-                break;
+            default: m.insert(m.end(), r.rdata.begin(), r.rdata.end()); break;
         }
         const std::size_t len = m.size() - len_at - 2;
         // Room left for the OPT answer_for adds (11 bytes): a served answer fits a message.

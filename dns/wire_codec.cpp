@@ -116,9 +116,8 @@ bool encode_name(std::string_view name, std::vector<std::uint8_t>& out) {
         std::size_t start = 0;
         for (;;) {
             const std::size_t dot = name.find('.', start);
-            const std::string_view label =
-                name.substr(start, dot == std::string_view::npos ? std::string_view::npos
-                                                                 : dot - start);
+            const std::string_view label = name.substr(
+                start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
             if (label.empty() || label.size() > max_label_octets) {
                 return false;
             }
@@ -138,8 +137,7 @@ bool encode_name(std::string_view name, std::vector<std::uint8_t>& out) {
     return true;
 }
 
-const char* read_record(bytes m, std::size_t& pos, raw_record& rr,
-                        field_map* fixed) {
+const char* read_record(bytes m, std::size_t& pos, raw_record& rr, field_map* fixed) {
     if (const char* why = read_name(m, pos, name_mode::escaped, rr.name, fixed)) {
         return why;
     }

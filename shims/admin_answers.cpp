@@ -28,8 +28,8 @@ std::optional<job_card> parse_job_card(std::string_view text, std::string& err) 
     const auto* fs = o.if_contains("filesystem");
     const auto* env = o.if_contains("env");
     const auto* id = o.if_contains("identity");
-    if (fs == nullptr || !fs->is_object() || env == nullptr || !env->is_array() ||
-        id == nullptr || !id->is_object()) {
+    if (fs == nullptr || !fs->is_object() || env == nullptr || !env->is_array() || id == nullptr ||
+        !id->is_object()) {
         err = "the admin API's job card lacks filesystem, env or identity";
         return std::nullopt;
     }
@@ -45,8 +45,8 @@ std::optional<job_card> parse_job_card(std::string_view text, std::string& err) 
     for (const auto& e : env->as_array()) {
         if (e.is_object()) {
             const auto* a = e.as_object().if_contains("allow_long_lived");
-            c.env.push_back({str(e.as_object(), "name"), a != nullptr && a->is_bool() &&
-                                                              a->as_bool()});
+            c.env.push_back(
+                {str(e.as_object(), "name"), a != nullptr && a->is_bool() && a->as_bool()});
         }
     }
     if (const auto* m = id->as_object().if_contains("mint"); m && m->is_object()) {

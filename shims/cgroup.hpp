@@ -19,7 +19,9 @@ public:
     /// has no cgroup v2 with cgroup.kill or refuses.
     static std::optional<kill_cgroup> create(pid_t pid, std::string& why);
 
-    kill_cgroup(kill_cgroup&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+    kill_cgroup(kill_cgroup&& other) noexcept : path_(std::move(other.path_)) {
+        other.path_.clear();
+    }
     kill_cgroup& operator=(kill_cgroup&&) = delete;
     kill_cgroup(const kill_cgroup&) = delete;
     ~kill_cgroup();

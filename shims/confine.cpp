@@ -9,10 +9,10 @@
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -45,11 +45,11 @@ bool apply_landlock(const std::string& scratch, std::string& error) {
         error = "this kernel has no Landlock";
         return false;
     }
-    std::uint64_t write_rights =
-        LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
-        LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
-        LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |
-        LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+    std::uint64_t write_rights = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                                 LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+                                 LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+                                 LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                                 LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
     if (abi >= 2) {
         write_rights |= LANDLOCK_ACCESS_FS_REFER;
     }
@@ -78,8 +78,7 @@ bool apply_landlock(const std::string& scratch, std::string& error) {
     if (!scratch.empty()) {
         ok = allow(scratch, write_rights);
     }
-    const std::uint64_t file_write =
-        LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? ll_truncate : 0);
+    const std::uint64_t file_write = LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? ll_truncate : 0);
     ok = ok && allow("/dev", file_write);
     // No rule for the inherited stdin, stdout and stderr: they are pipes (or the sandbox's
     // own pty) that the shim relays, never the operator's files (reopening a host file
@@ -115,7 +114,9 @@ bool apply_seccomp(bool allow_unix_sockets) {
 #endif
     std::vector<sock_filter> f;
     const auto op = [&](std::uint16_t code, std::uint32_t k, std::uint8_t jt = 0,
-                        std::uint8_t jf = 0) { f.push_back(sock_filter{code, jt, jf, k}); };
+                        std::uint8_t jf = 0) {
+        f.push_back(sock_filter{code, jt, jf, k});
+    };
     const auto ret = [&](std::uint32_t action) { op(BPF_RET | BPF_K, action); };
     const auto ret_errno = [&](int e) {
         ret(SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(e) & SECCOMP_RET_DATA));
@@ -138,17 +139,16 @@ bool apply_seccomp(bool allow_unix_sockets) {
     ret_errno(EPERM);
 #endif
     for (const long nr : {SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register,
-                          SYS_unshare, SYS_setns, SYS_keyctl, SYS_add_key, SYS_request_key,
-                          SYS_bpf, SYS_perf_event_open, SYS_userfaultfd}) {
+                          SYS_unshare, SYS_setns, SYS_keyctl, SYS_add_key, SYS_request_key, SYS_bpf,
+                          SYS_perf_event_open, SYS_userfaultfd}) {
         op(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1);
         ret_errno(EPERM);
     }
     // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
     op(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1);
     ret_errno(ENOSYS);
-    constexpr std::uint32_t ns_flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC |
-                                       CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
-                                       CLONE_NEWCGROUP;
+    constexpr std::uint32_t ns_flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
+                                       CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP;
     op(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4);
     load_arg(0);
     op(BPF_JMP | BPF_JSET | BPF_K, ns_flags, 0, 1);
@@ -163,8 +163,7 @@ bool apply_seccomp(bool allow_unix_sockets) {
     op(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 7, 0);   // allow
     op(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 6, 0);  // allow
     op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1);
-    ret(allow_unix_sockets ? SECCOMP_RET_ALLOW
-                           : SECCOMP_RET_ERRNO | (EACCES & SECCOMP_RET_DATA));
+    ret(allow_unix_sockets ? SECCOMP_RET_ALLOW : SECCOMP_RET_ERRNO | (EACCES & SECCOMP_RET_DATA));
     op(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 2);  // else: refuse
     load_arg(2);
     op(BPF_JMP | BPF_JEQ | BPF_K, 0 /* NETLINK_ROUTE */, 1, 0);  // allow
@@ -179,8 +178,8 @@ bool apply_seccomp(bool allow_unix_sockets) {
     load_arg(0);
     op(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 4);  // else: refuse
     load_arg(1);
-    op(BPF_ALU | BPF_AND | BPF_K, 0xf);  // SOCK_TYPE_MASK: without NONBLOCK/CLOEXEC
-    op(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 2, 0);     // allow
+    op(BPF_ALU | BPF_AND | BPF_K, 0xf);                // SOCK_TYPE_MASK: without NONBLOCK/CLOEXEC
+    op(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 2, 0);  // allow
     op(BPF_JMP | BPF_JEQ | BPF_K, SOCK_SEQPACKET, 1, 0);  // allow
     ret_errno(EAFNOSUPPORT);
     ret(SECCOMP_RET_ALLOW);
@@ -201,9 +200,9 @@ bool apply_seccomp(bool allow_unix_sockets) {
 
 // In the command's process: no capabilities, ever again (also not through exec).
 void drop_privileges(const std::optional<std::pair<uid_t, gid_t>>& user) {
-    (void)::prctl(PR_SET_SECUREBITS,
-                  SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT | SECBIT_NOROOT_LOCKED);
+    (void)::prctl(PR_SET_SECUREBITS, SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                         SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT |
+                                         SECBIT_NOROOT_LOCKED);
     for (int cap = 0; cap <= 63; ++cap) {
         if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL) {
             break;  // past the last capability this kernel knows
@@ -226,7 +225,6 @@ void drop_privileges(const std::optional<std::pair<uid_t, gid_t>>& user) {
         ::_exit(125);
     }
 }
-
 
 landlock_plan plan_landlock(int abi, bool required) {
     if (abi > 0) {

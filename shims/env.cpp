@@ -16,14 +16,10 @@ enum class charset : unsigned char { b32_upper, alnum, alnum_underscore, token }
 
 bool in_set(char c, charset s) {
     switch (s) {
-    case charset::b32_upper:
-        return is_upper_b32(c);
-    case charset::alnum:
-        return is_alnum(c);
-    case charset::alnum_underscore:
-        return is_alnum_or_underscore(c);
-    case charset::token:
-        return is_token_char(c);
+        case charset::b32_upper: return is_upper_b32(c);
+        case charset::alnum: return is_alnum(c);
+        case charset::alnum_underscore: return is_alnum_or_underscore(c);
+        case charset::token: return is_token_char(c);
     }
     return false;
 }
@@ -50,8 +46,8 @@ constexpr std::array<key_format, 14> formats{{
     {"glpat-", charset::token, 20, 0, "GitLab personal access token"},
     {"sk-ant-", charset::token, 20, 0, "Anthropic API key"},
     {"sk-proj-", charset::token, 20, 0, "OpenAI API key"},
-    {"sk-", charset::token, 32, 0, "OpenAI API key"},  // legacy: sk- and 48
-    {"xox", charset::token, 0, 0, "Slack token"},  // checked by slack_at below
+    {"sk-", charset::token, 32, 0, "OpenAI API key"},          // legacy: sk- and 48
+    {"xox", charset::token, 0, 0, "Slack token"},              // checked by slack_at below
     {"-----BEGIN ", charset::token, 0, 0, "PEM private key"},  // checked by pem_at below
 }};
 
@@ -133,8 +129,7 @@ std::string upper(std::string_view s) {
 
 }  // namespace
 
-std::optional<std::string_view> long_lived_key_kind(std::string_view name,
-                                                    std::string_view value) {
+std::optional<std::string_view> long_lived_key_kind(std::string_view name, std::string_view value) {
     if (const auto kind = long_lived_key_kind(value)) {
         return kind;
     }
@@ -178,8 +173,8 @@ env_result build_env(const env_inputs& in) {
     }
     env["CORDON_SESSION"] = in.session;
     const std::string url = "http://" + in.session + ":" + in.token + "@" + in.proxy_host_port;
-    constexpr std::array<std::string_view, 6> proxy_vars{
-        "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"};
+    constexpr std::array<std::string_view, 6> proxy_vars{"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY",
+                                                         "https_proxy", "http_proxy", "all_proxy"};
     for (const auto v : proxy_vars) {
         env[std::string(v)] = url;
     }
@@ -201,8 +196,7 @@ env_result build_env(const env_inputs& in) {
         if (!r.allow_long_lived) {
             if (const auto kind = long_lived_key_kind(r.name, it->second)) {
                 out.refused.push_back(r.name + ": its value looks like a long-lived key (" +
-                                      std::string(*kind) +
-                                      "); mark it {name: " + r.name +
+                                      std::string(*kind) + "); mark it {name: " + r.name +
                                       ", allow_long_lived: true} in the job card if intended");
                 continue;
             }

@@ -20,8 +20,7 @@ std::optional<std::string_view> long_lived_key_kind(std::string_view value);
 /// The same for a variable `name=value`: also an AWS secret access key (40 base64
 /// characters) in a variable whose name says so (`*SECRET_ACCESS_KEY*`, `*AWS*SECRET*`), or
 /// after `aws_secret_access_key` in the value (a pasted credentials file).
-std::optional<std::string_view> long_lived_key_kind(std::string_view name,
-                                                    std::string_view value);
+std::optional<std::string_view> long_lived_key_kind(std::string_view name, std::string_view value);
 
 /// One variable the job card passes in.
 struct env_request {
@@ -34,8 +33,8 @@ struct env_inputs {
     std::string session;
     std::string token;
     std::string proxy_host_port = "127.0.0.1:3128";  ///< the relay inside the namespace
-    std::string home = "/";                           ///< the scratch dir when there is one
-    std::string tmpdir;                               ///< "" leaves TMPDIR unset
+    std::string home = "/";                          ///< the scratch dir when there is one
+    std::string tmpdir;                              ///< "" leaves TMPDIR unset
     std::vector<env_request> job_env;
     /// The shim's own environment: where the job card's variables take their values.
     std::map<std::string, std::string, std::less<>> host_env;

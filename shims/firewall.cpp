@@ -35,8 +35,8 @@ bool holds_loopback(const config::cidr& c) {
 }
 
 bool cgroup_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '@' || c == ':' || c == '+' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '@' || c == ':' || c == '+' || c == '-';
 }
 
 bool iface_char(char c) { return c != ':' && cgroup_char(c); }
@@ -79,11 +79,10 @@ std::string allow_listeners(const firewall_spec& s) {
 std::string cordon_replies(const firewall_spec& s) {
     std::string out;
     const auto one = [&](const config::endpoint& e, std::string_view proto) {
-        const bool inside = std::any_of(s.sandbox_cidrs.begin(), s.sandbox_cidrs.end(),
-                                        [&](const config::cidr& c) {
-                                            return c.network.fam() == e.address.fam() &&
-                                                   c.contains(e.address);
-                                        });
+        const bool inside = std::any_of(
+            s.sandbox_cidrs.begin(), s.sandbox_cidrs.end(), [&](const config::cidr& c) {
+                return c.network.fam() == e.address.fam() && c.contains(e.address);
+            });
         const bool by_iface = !s.sandbox_ifaces.empty() && !is_unspecified(e.address);
         if (!inside && !by_iface) {
             return;
@@ -274,7 +273,8 @@ std::optional<std::string> parse_cgroup_path(std::string_view text, std::string&
     }
     const std::string shown(text.substr(0, 64));
     if (p.empty()) {
-        error = "--cgroup '" + shown + "': the root cgroup holds the whole host; name the "
+        error = "--cgroup '" + shown +
+                "': the root cgroup holds the whole host; name the "
                 "sandboxes' cgroup";
         return std::nullopt;
     }
@@ -388,7 +388,8 @@ firewall_result make_firewall(const firewall_spec& s) {
              "\t\ttype filter hook prerouting priority raw; policy accept;\n"
              "\t\tip saddr 0.0.0.0 udp sport 68 udp dport 67 accept\n"
              "\t\tip6 saddr :: meta l4proto 58 accept\n" +  // 58: ipv6-icmp (related_icmp)
-             rpf + "\t}\n\n";
+             rpf +
+             "\t}\n\n";
         o += "\t# Packets from sandboxes to this host: only cordon's listeners.\n"
              "\tchain input {\n"
              "\t\ttype filter hook input priority filter; policy accept;\n"

@@ -167,9 +167,9 @@ struct follower {
                 lost_since = now;
             } else if (now - lost_since >= o.grace) {
                 kill("lost the admin API for " +
-                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        now - lost_since)
-                                        .count()) +
+                     std::to_string(
+                         std::chrono::duration_cast<std::chrono::milliseconds>(now - lost_since)
+                             .count()) +
                      " ms (fail closed)");
                 co_return;
             }
@@ -279,8 +279,8 @@ std::optional<std::string> resume_lost_reason(const sse_event& e, std::string_vi
     }
     if (!session.empty()) {
         const auto* s = o.if_contains("session");
-        const std::string state =
-            s != nullptr && s->is_object() ? field(s->as_object(), "state") : std::string();
+        const std::string state = s != nullptr && s->is_object() ? field(s->as_object(), "state")
+                                                                 : std::string();
         if (state.empty()) {
             return unknown;
         }

@@ -13,8 +13,7 @@ std::string unescape(std::string_view s) {
     out.reserve(s.size());
     const auto oct = [](char c) { return c >= '0' && c <= '7'; };
     for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '\\' && i + 3 < s.size() && oct(s[i + 1]) && oct(s[i + 2]) &&
-            oct(s[i + 3])) {
+        if (s[i] == '\\' && i + 3 < s.size() && oct(s[i + 1]) && oct(s[i + 2]) && oct(s[i + 3])) {
             out.push_back(static_cast<char>(((s[i + 1] - '0') << 6) | ((s[i + 2] - '0') << 3) |
                                             (s[i + 3] - '0')));
             i += 3;
@@ -104,11 +103,11 @@ std::vector<mount_entry> parse_mountinfo(std::string_view text) {
 
 bool is_data_fstype(std::string_view t) {
     static constexpr std::array<std::string_view, 38> data{
-        "ext2",  "ext3",     "ext4",    "xfs",      "btrfs",  "zfs",     "f2fs",   "jfs",
-        "reiserfs", "bcachefs", "nilfs2", "ocfs2",  "gfs2",   "vfat",    "msdos",  "exfat",
-        "ntfs",  "ntfs3",    "hfs",     "hfsplus",  "iso9660", "udf",    "squashfs", "erofs",
-        "overlay", "aufs",   "tmpfs",   "ramfs",    "nfs",    "nfs4",    "cifs",   "smb3",
-        "9p",    "virtiofs", "ceph",    "fuseblk",  "fuse",   "vboxsf"};
+        "ext2",     "ext3",     "ext4",   "xfs",     "btrfs",   "zfs",   "f2fs",     "jfs",
+        "reiserfs", "bcachefs", "nilfs2", "ocfs2",   "gfs2",    "vfat",  "msdos",    "exfat",
+        "ntfs",     "ntfs3",    "hfs",    "hfsplus", "iso9660", "udf",   "squashfs", "erofs",
+        "overlay",  "aufs",     "tmpfs",  "ramfs",   "nfs",     "nfs4",  "cifs",     "smb3",
+        "9p",       "virtiofs", "ceph",   "fuseblk", "fuse",    "vboxsf"};
     if (t.starts_with("fuse.")) {
         return true;  // fuse.sshfs, fuse.glusterfs, ...
     }
@@ -157,8 +156,8 @@ std::vector<std::string> visible_paths(const std::vector<mount_entry>& mounts, u
     return out;
 }
 
-std::string filesystem_path(const std::vector<mount_entry>& mounts, unsigned major,
-                            unsigned minor, std::string_view path) {
+std::string filesystem_path(const std::vector<mount_entry>& mounts, unsigned major, unsigned minor,
+                            std::string_view path) {
     const mount_entry* best = nullptr;
     for (const auto& m : mounts) {
         if (m.major == major && m.minor == minor && path_within(path, m.mount_point) &&
@@ -169,8 +168,7 @@ std::string filesystem_path(const std::vector<mount_entry>& mounts, unsigned maj
     if (best == nullptr) {
         return {};
     }
-    return join(best->root,
-                path.substr(best->mount_point == "/" ? 0 : best->mount_point.size()));
+    return join(best->root, path.substr(best->mount_point == "/" ? 0 : best->mount_point.size()));
 }
 
 }  // namespace cordon::shim

@@ -51,7 +51,7 @@ std::vector<std::string> visible_paths(const std::vector<mount_entry>& mounts, u
 /// The path of `path` within its filesystem: the mount with the longest mount point that
 /// contains `path` and is of `major:minor`, its root joined with the rest of `path`. Empty
 /// when no such mount is found. `path` must be absolute and free of symlinks and "..".
-std::string filesystem_path(const std::vector<mount_entry>& mounts, unsigned major,
-                            unsigned minor, std::string_view path);
+std::string filesystem_path(const std::vector<mount_entry>& mounts, unsigned major, unsigned minor,
+                            std::string_view path);
 
 }  // namespace cordon::shim

@@ -13,11 +13,11 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "shims/admin_answers.hpp"
@@ -57,9 +57,8 @@ std::string str(const json::object& o, const char* key) {
 }
 
 // One admin call expecting `want`; the parsed object, or nullopt with `err` set.
-std::optional<json::object> call_json(admin_port& a, std::string_view method,
-                                      std::string_view path, std::string_view body, int want,
-                                      std::string& err) {
+std::optional<json::object> call_json(admin_port& a, std::string_view method, std::string_view path,
+                                      std::string_view body, int want, std::string& err) {
     admin_reply r;
     try {
         r = a.call(method, path, body);
@@ -82,8 +81,6 @@ std::optional<json::object> call_json(admin_port& a, std::string_view method,
     }
     return std::move(v.as_object());
 }
-
-
 
 std::map<std::string, std::string, std::less<>> host_environment() {
     std::map<std::string, std::string, std::less<>> m;
@@ -180,8 +177,8 @@ int run(const run_options& o, admin_port& admin) {
         return 1;
     }
     if (const auto* k = status->if_contains("kill"); k && k->is_object()) {
-        if (const auto* e = k->as_object().if_contains("engaged"); e && e->is_bool() &&
-                                                                   e->as_bool()) {
+        if (const auto* e = k->as_object().if_contains("engaged");
+            e && e->is_bool() && e->as_bool()) {
             say(o, "the network kill is engaged: nothing may run");
             return 1;
         }
@@ -268,10 +265,10 @@ int run(const run_options& o, admin_port& admin) {
             const hook_result h = run_hook(card->revoke, hook_env(id, o.job, expires, when),
                                            credential, hook_timeout);
             poster.post(json::serialize(json::object{{"event", "identity.revoke"},
-                                     {"ok", h.ok()},
-                                     {"exit_code", h.exit_code},
-                                     {"duration_ms", h.duration.count()},
-                                     {"when", when}}));
+                                                     {"ok", h.ok()},
+                                                     {"exit_code", h.exit_code},
+                                                     {"duration_ms", h.duration.count()},
+                                                     {"when", when}}));
             if (!h.ok()) {
                 say(o, "identity.revoke failed (exit " + std::to_string(h.exit_code) +
                            (h.timed_out ? ", timed out" : "") + ")");
@@ -282,7 +279,8 @@ int run(const run_options& o, admin_port& admin) {
         if (!end_session_call(admin, id, 4, std::chrono::milliseconds(150), e2)) {
             say(o, "could not end session " + id + " (" + e2 +
                        "); cordon ends it when this shim's event stream has been gone for "
-                       "the grace, and its tokens expire by themselves at " + expires);
+                       "the grace, and its tokens expire by themselves at " +
+                       expires);
         }
         cleanup_tmp();
     };
@@ -301,19 +299,19 @@ int run(const run_options& o, admin_port& admin) {
     std::vector<std::pair<std::string, std::string>> extra;
     sandbox_spec spec;
     if (!card->mint.empty()) {
-        const hook_result h =
-            run_hook(card->mint, hook_env(id, o.job, expires, ""), "", hook_timeout);
-        const std::string to =
-            card->mint_file.empty()
-                ? "env:" + (card->mint_env.empty() ? std::string("CORDON_IDENTITY")
+        const hook_result h = run_hook(card->mint, hook_env(id, o.job, expires, ""), "",
+                                       hook_timeout);
+        const std::string to = card->mint_file.empty()
+                                   ? "env:" + (card->mint_env.empty()
+                                                   ? std::string("CORDON_IDENTITY")
                                                    : card->mint_env)
-                : "file:" + card->scratch + "/" + card->mint_file;
+                                   : "file:" + card->scratch + "/" + card->mint_file;
         poster.post(json::serialize(json::object{{"event", "identity.mint"},
-                                 {"ok", h.ok()},
-                                 {"exit_code", h.exit_code},
-                                 {"duration_ms", h.duration.count()},
-                                 {"bytes", h.output.size()},
-                                 {"to", to}}));
+                                                 {"ok", h.ok()},
+                                                 {"exit_code", h.exit_code},
+                                                 {"duration_ms", h.duration.count()},
+                                                 {"bytes", h.output.size()},
+                                                 {"to", to}}));
         if (!h.ok()) {
             say(o, "identity.mint failed (exit " + std::to_string(h.exit_code) +
                        (h.timed_out ? ", timed out" : "") +
@@ -390,13 +388,13 @@ int run(const run_options& o, admin_port& admin) {
     }
     stdio->start();
     net::signal_set winch(ioc);
-    std::function<void(boost::system::error_code, int)> on_winch =
-        [&](boost::system::error_code ec, int) {
-            if (!ec) {
-                stdio->resize();
-                winch.async_wait(on_winch);
-            }
-        };
+    std::function<void(boost::system::error_code, int)> on_winch = [&](boost::system::error_code ec,
+                                                                       int) {
+        if (!ec) {
+            stdio->resize();
+            winch.async_wait(on_winch);
+        }
+    };
     if (stdio->tty()) {
         winch.add(SIGWINCH);
         winch.async_wait(on_winch);
@@ -473,16 +471,16 @@ int run(const run_options& o, admin_port& admin) {
     if (!stop_signal.empty()) {
         on_stop();
     }
-    std::function<void(boost::system::error_code, int)> on_child =
-        [&](boost::system::error_code ec, int) {
-            if (ec) {
-                return;
-            }
-            reap(false);
-            if (!exit_status) {
-                children.async_wait(on_child);
-            }
-        };
+    std::function<void(boost::system::error_code, int)> on_child = [&](boost::system::error_code ec,
+                                                                       int) {
+        if (ec) {
+            return;
+        }
+        reap(false);
+        if (!exit_status) {
+            children.async_wait(on_child);
+        }
+    };
     children.async_wait(on_child);
     reap(false);
     // The follower must open the stream within the grace, or nothing runs.

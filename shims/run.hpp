@@ -35,14 +35,14 @@ struct run_options {
     std::string admin_host;  ///< for the event stream; `admin_port` serves the calls
     std::string admin_port;
     std::string admin_token;
-    std::string admin_token_file;      ///< hidden from the sandbox
-    std::optional<std::string> ttl;    ///< session ttl ("10m"); default the job's
-    std::optional<std::string> dns;    ///< cordon's DNS "HOST:PORT"; default from /v1/status
+    std::string admin_token_file;    ///< hidden from the sandbox
+    std::optional<std::string> ttl;  ///< session ttl ("10m"); default the job's
+    std::optional<std::string> dns;  ///< cordon's DNS "HOST:PORT"; default from /v1/status
     std::chrono::milliseconds admin_grace{10'000};
     std::uint64_t scratch_bytes = 1ull << 30;
-    std::vector<std::string> hide;     ///< host paths the sandbox may not read
+    std::vector<std::string> hide;                      ///< host paths the sandbox may not read
     std::optional<std::pair<unsigned, unsigned>> user;  ///< --user: uid, gid of the command
-    bool allow_unix_sockets = false;  ///< --allow-unix-sockets
+    bool allow_unix_sockets = false;                    ///< --allow-unix-sockets
     /// --tty: the sandbox gets a pty of its own as its terminal, relayed to the shim's (which
     /// must be a terminal); without it, stdin, stdout and stderr are pipes the shim relays.
     bool tty = false;

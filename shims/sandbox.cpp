@@ -15,15 +15,15 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -139,8 +139,8 @@ int listener(int sock, int type, std::uint16_t port) {
     envp.push_back(nullptr);
     environ = envp.data();  // execvp searches the sandbox's PATH
     ::execvp(argv[0], argv.data());
-    const std::string m = "cordon run: cannot execute " + s.argv[0] + ": " +
-                          std::strerror(errno) + "\n";
+    const std::string m = "cordon run: cannot execute " + s.argv[0] + ": " + std::strerror(errno) +
+                          "\n";
     (void)::write(2, m.data(), m.size());
     ::_exit(127);
 }
@@ -276,7 +276,6 @@ bool release_sandbox(sandbox& s) {
     return ok;
 }
 
-
 std::optional<sandbox> start_sandbox(const sandbox_spec& spec, std::string& error) {
     if (spec.argv.empty()) {
         error = "no command";
@@ -388,4 +387,3 @@ std::optional<sandbox> start_sandbox(const sandbox_spec& spec, std::string& erro
 }
 
 }  // namespace cordon::shim
-

@@ -55,7 +55,7 @@ struct sandbox_spec {
 /// What the parent gets back: the namespace's init and the relay listeners (inside its
 /// network namespace). The caller owns the fds.
 struct sandbox {
-    pid_t init = -1;   ///< PID 1 of the sandbox; killing it kills every process in it
+    pid_t init = -1;  ///< PID 1 of the sandbox; killing it kills every process in it
     int proxy_listener = -1;
     int dns_udp = -1;
     int dns_tcp = -1;

@@ -15,15 +15,15 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -43,8 +43,7 @@ void bind_mount(int sock, const std::string& from, const std::string& to, bool r
     }
     const unsigned long nodev = devices ? 0 : MS_NODEV;
     if (read_only && ::mount(nullptr, to.c_str(), nullptr,
-                             MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | nodev,
-                             nullptr) < 0) {
+                             MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | nodev, nullptr) < 0) {
         fail(sock, errno_text("read-only " + to));
     }
 }
@@ -127,7 +126,7 @@ std::vector<std::string> mirror_top_level(int sock, const std::string& root) {
         }
         const std::string from = "/" + name;
         const std::string to = root + "/" + name;
-        struct stat st{};
+        struct stat st {};
         if (::lstat(from.c_str(), &st) < 0) {
             continue;
         }
@@ -181,7 +180,7 @@ void switch_root(int sock, const std::string& root) {
 // Covers `path` (a mount that could not be unmounted, or a hidden one) with nothing: an
 // empty read-only tmpfs over a directory, the empty file over anything else.
 void cover(int sock, const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) < 0) {
         return;  // nothing there
     }
@@ -269,7 +268,7 @@ link_search find_links(const std::vector<mount_entry>& mounts, dev_t dev, ino_t 
 // filesystem that contains it, and every hard link to it (searched on that filesystem when
 // it has more than one; refused when they cannot all be found within the budget).
 void hide_inode(int sock, const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) < 0) {
         return;  // nothing there to hide
     }
@@ -296,7 +295,7 @@ void hide_inode(int sock, const std::string& path) {
         paths.insert(paths.end(), found.paths.begin(), found.paths.end());
     }
     for (const auto& p : paths) {
-        struct stat other{};
+        struct stat other {};
         if (::stat(p.c_str(), &other) == 0 && other.st_dev == st.st_dev &&
             other.st_ino == st.st_ino) {
             cover(sock, p);
@@ -305,7 +304,7 @@ void hide_inode(int sock, const std::string& path) {
 }
 
 void hide_path(int sock, const std::string& path) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) < 0) {
         return;  // nothing there to hide
     }
@@ -397,9 +396,9 @@ void setup_mounts(int sock, const sandbox_spec& s) {
         if (!s.scratch_file_name.empty()) {
             const std::string p = s.scratch + "/" + s.scratch_file_name;
             const int fd = ::open(p.c_str(), O_CREAT | O_WRONLY | O_EXCL | O_CLOEXEC, 0600);
-            if (fd < 0 || ::write(fd, s.scratch_file_content.data(),
-                                  s.scratch_file_content.size()) !=
-                              static_cast<ssize_t>(s.scratch_file_content.size())) {
+            if (fd < 0 ||
+                ::write(fd, s.scratch_file_content.data(), s.scratch_file_content.size()) !=
+                    static_cast<ssize_t>(s.scratch_file_content.size())) {
                 fail(sock, errno_text("writing " + p));
             }
             if (s.user && ::fchown(fd, s.user->first, s.user->second) < 0) {

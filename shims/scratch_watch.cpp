@@ -43,7 +43,8 @@ public:
     bucket(double rate, double burst) : rate_(rate), burst_(burst), tokens_(burst) {}
     bool take() {
         const auto now = clock::now();
-        tokens_ = std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
+        tokens_ = std::min(burst_,
+                           tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
         last_ = now;
         if (tokens_ < 1) {
             return false;
@@ -145,8 +146,9 @@ struct scratch_watch::impl {
     }
 
     void report(int dir_fd, const std::string& rel_dir, const std::string& name) {
-        struct stat st{};
-        if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+        struct stat st {};
+        if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode)) {
             return;
         }
         if (!reports.take()) {

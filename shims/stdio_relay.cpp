@@ -188,8 +188,8 @@ struct stdio_relay::state {
 
     ~state() {
         restore_terminal();
-        for (int* fd : {&in_w, &out_r, &err_r, &wake_r, &wake_w, &sandbox[0], &sandbox[1],
-                        &sandbox[2]}) {
+        for (int* fd :
+             {&in_w, &out_r, &err_r, &wake_r, &wake_w, &sandbox[0], &sandbox[1], &sandbox[2]}) {
             close_fd(*fd);
         }
     }

@@ -32,7 +32,7 @@ struct seen_request {
     config::request_kind kind = config::request_kind::connect;
     std::string method;  ///< http: the method (upper case); connect: empty
     seen_outcome outcome = seen_outcome::allowed;
-    std::string reason;   ///< the deny or would-deny reason; empty when allowed
+    std::string reason;  ///< the deny or would-deny reason; empty when allowed
     /// The non-public addresses serve checked for it, space-separated: of a name, every one
     /// it resolved to (the record's `resolved`; older records: the one connected to, `ip`).
     /// Set on allowed and would-deny requests (a rule's resolves_to opened them) and on

@@ -64,7 +64,7 @@ private:
     std::unordered_set<std::string> rules_;       // "co.uk"
     std::unordered_set<std::string> wildcards_;   // "*.ck" stored as "ck"
     std::unordered_set<std::string> exceptions_;  // "!www.ck" stored as "www.ck"
-    std::unordered_set<std::string> ancestors_;  // every proper suffix of every rule
+    std::unordered_set<std::string> ancestors_;   // every proper suffix of every rule
     std::size_t skipped_ = 0;
 };
 

@@ -6,8 +6,8 @@
 #include <map>
 #include <tuple>
 
-#include "config/host.hpp"
 #include "common/json_string.hpp"
+#include "config/host.hpp"
 #include "config/learn/suggest.hpp"
 
 namespace cordon::learn {
@@ -119,8 +119,8 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
     if (const config::job* j = p.source().find_job(seen.job)) {
         out.job_in_report_mode = j->mode == config::job_mode::report;
     }
-    using key = std::tuple<std::string, int, std::string, int, std::string, bool, std::string,
-                           std::string>;
+    using key =
+        std::tuple<std::string, int, std::string, int, std::string, bool, std::string, std::string>;
     std::map<key, replay_row> changed;
     std::map<std::string, bool> same_allowed;  // target -> seen
     std::map<std::string, bool> same_denied;
@@ -137,9 +137,8 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
         // A literal is decided by its rules alone, as the proxy does (no resolution, no
         // resolves_to); a name's recorded addresses (every one it resolved to) are checked as
         // after a resolution: one the new rule does not cover refuses them all, as in serve.
-        const auto addrs = r.ip_literal || r.address.empty()
-                               ? std::nullopt
-                               : recorded_addresses(r.address);
+        const auto addrs = r.ip_literal || r.address.empty() ? std::nullopt
+                                                             : recorded_addresses(r.address);
         if (d.allowed() && addrs) {
             d = config::check_addresses(d, *addrs);
         } else if (d.allowed() && r.reason == "private_address" && !r.ip_literal) {
@@ -173,8 +172,13 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
             row.now_rule.clear();
         }
         const int bucket = undetermined ? 2 : (d.allowed() ? 1 : 0);
-        key k{row.target,     static_cast<int>(row.kind), row.method, static_cast<int>(row.was),
-              row.was_reason, row.now_allowed,             row.now_reason + row.now_rule,
+        key k{row.target,
+              static_cast<int>(row.kind),
+              row.method,
+              static_cast<int>(row.was),
+              row.was_reason,
+              row.now_allowed,
+              row.now_reason + row.now_rule,
               std::to_string(bucket)};
         auto [it, fresh] = changed.try_emplace(std::move(k), row);
         if (!fresh) {
@@ -185,8 +189,7 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
     }
     for (auto& [k, row] : changed) {
         const std::string& bucket = std::get<7>(k);
-        (bucket == "2" ? out.undetermined
-                       : (bucket == "1" ? out.newly_allowed : out.newly_denied))
+        (bucket == "2" ? out.undetermined : (bucket == "1" ? out.newly_allowed : out.newly_denied))
             .push_back(std::move(row));
     }
     sort_rows(out.newly_denied);
@@ -224,8 +227,8 @@ std::string render_table(const replay_result& r, std::string_view source) {
     };
     out += "\nunchanged: " + std::to_string(r.same_allowed) +
            (r.same_allowed == 1 ? " request" : " requests") + " allowed (" +
-           targets(r.same_allowed_targets) + "), " + std::to_string(r.same_denied) +
-           " denied (" + targets(r.same_denied_targets) + ")\n";
+           targets(r.same_allowed_targets) + "), " + std::to_string(r.same_denied) + " denied (" +
+           targets(r.same_denied_targets) + ")\n";
     return out;
 }
 

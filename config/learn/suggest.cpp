@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
+#include "common/json_string.hpp"
 #include "config/classify.hpp"
 #include "config/host.hpp"
-#include "common/json_string.hpp"
 #include "config/ip.hpp"
 #include "config/load.hpp"
 
@@ -44,7 +44,9 @@ struct node {
 // A method an http rule may list (config::load refuses CONNECT there).
 bool valid_method(std::string_view m) { return m != "CONNECT" && config::valid_http_method(m); }
 
-std::string host_cidr(const config::ip_address& a) { return config::cidr{a, a.is_v4() ? 32 : 128}.to_string(); }
+std::string host_cidr(const config::ip_address& a) {
+    return config::cidr{a, a.is_v4() ? 32 : 128}.to_string();
+}
 
 // "api.example.com" -> "com.example.api": rules of one domain sort together.
 std::string reversed_labels(std::string_view name) {
@@ -108,8 +110,8 @@ public:
                 0, name.size() - rd->size() - (name.size() > rd->size() ? 1 : 0));
             while (!rest.empty()) {
                 const std::size_t dot = rest.rfind('.');
-                const std::string_view label =
-                    dot == std::string_view::npos ? rest : rest.substr(dot + 1);
+                const std::string_view label = dot == std::string_view::npos ? rest
+                                                                             : rest.substr(dot + 1);
                 n = &n->children[std::string(label)];
                 rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(0, dot);
             }
@@ -210,9 +212,7 @@ std::string comment_safe(std::string_view s) {
     return out;
 }
 
-bool needs_quotes(std::string_view s) {
-    return s.find_first_of(":*") != std::string_view::npos;
-}
+bool needs_quotes(std::string_view s) { return s.find_first_of(":*") != std::string_view::npos; }
 
 }  // namespace
 
@@ -257,8 +257,9 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
             continue;
         }
         const config::protocol p = r.kind == config::request_kind::http
-                               ? config::protocol::http
-                               : (r.tcp_rule || r.ip_literal ? config::protocol::tcp : config::protocol::tls);
+                                       ? config::protocol::http
+                                       : (r.tcp_rule || r.ip_literal ? config::protocol::tcp
+                                                                     : config::protocol::tls);
         acc* a = nullptr;
         if (r.ip_literal) {
             const auto ip = config::parse_ip(r.host);
@@ -329,8 +330,9 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
         if (requested.contains(n.name) || n.name == reserved_name) {
             continue;
         }
-        const bool covered = std::any_of(patterns.begin(), patterns.end(),
-                                         [&](const config::host_pattern& p) { return p.matches(n.name); });
+        const bool covered = std::any_of(
+            patterns.begin(), patterns.end(),
+            [&](const config::host_pattern& p) { return p.matches(n.name); });
         if (!covered) {
             s.dns_only.push_back(n);
         }
@@ -411,8 +413,7 @@ std::string render_yaml(const suggestion& s) {
         const std::size_t shown = std::min<std::size_t>(s.dns_only.size(), 20);
         for (std::size_t i = 0; i < shown; ++i) {
             const seen_name& n = s.dns_only[i];
-            out += "\n#   " + n.name + ": " + std::to_string(n.answered + n.denied) +
-                   " queries";
+            out += "\n#   " + n.name + ": " + std::to_string(n.answered + n.denied) + " queries";
             if (n.denied > 0) {
                 out += " (" + std::to_string(n.denied) + " denied)";
             }

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "config/learn/learn.hpp"
-#include "config/policy.hpp"
 #include "config/learn/public_suffix.hpp"
+#include "config/policy.hpp"
 
 namespace cordon::learn {
 
@@ -46,11 +46,11 @@ struct seen_counts {
 
 /// One rule of the suggested section, with what it was learned from.
 struct suggested_rule {
-    std::string host;  ///< a name or "*.suffix"; empty for a cidr rule
-    std::string cidr;  ///< "203.0.113.7/32"; empty for a host rule
-    std::vector<std::uint16_t> ports;   ///< sorted
+    std::string host;                  ///< a name or "*.suffix"; empty for a cidr rule
+    std::string cidr;                  ///< "203.0.113.7/32"; empty for a host rule
+    std::vector<std::uint16_t> ports;  ///< sorted
     config::protocol proto = config::protocol::tls;
-    std::vector<std::string> methods;   ///< http only, sorted
+    std::vector<std::string> methods;      ///< http only, sorted
     std::vector<std::string> resolves_to;  ///< "10.20.0.5/32", sorted
     seen_counts counts;
     /// The names a wildcard covers, most requested first (empty for exact rules).
@@ -72,7 +72,7 @@ struct suggestion {
     /// Names asked of cordon's DNS but never requested through the proxy and not covered by
     /// a suggested rule: their ports are unknown, so no rule is made for them.
     std::vector<seen_name> dns_only;
-    seen_counts counts;                    ///< of every request read
+    seen_counts counts;  ///< of every request read
     std::uint64_t sessions = 0;
     std::map<std::string, std::uint64_t> not_policy;  ///< copied from seen_traffic
     std::string first_ts;

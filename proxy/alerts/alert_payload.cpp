@@ -27,8 +27,8 @@ std::string inert(std::string_view s) {
             out += "&lt;";
         } else if (c == '>') {
             out += "&gt;";
-        } else if (b < 0x20 || b == 0x7f || b >= 0x80 || c == '`' || c == '*' ||
-                   c == '~' || c == '|') {
+        } else if (b < 0x20 || b == 0x7f || b >= 0x80 || c == '`' || c == '*' || c == '~' ||
+                   c == '|') {
             out += '?';
         } else {
             out += c;
@@ -46,7 +46,8 @@ std::string seconds_text(std::int64_t ms) {
 }
 
 std::string rfc3339(std::int64_t wall_ms) {
-    return common::format_rfc3339(common::wall_clock::time_point(std::chrono::milliseconds(wall_ms)));
+    return common::format_rfc3339(
+        common::wall_clock::time_point(std::chrono::milliseconds(wall_ms)));
 }
 
 std::string who(const denial_alert& a) {
@@ -84,8 +85,8 @@ void add_number(std::string& out, std::string_view key, std::uint64_t value) {
 
 std::string alert_summary(const denial_alert& a) {
     std::string out = "cordon: " + std::to_string(a.denials) +
-                      (a.denials == 1 ? " denied attempt by " : " denied attempts by ") +
-                      who(a) + " in " + seconds_text(a.window_ms);
+                      (a.denials == 1 ? " denied attempt by " : " denied attempts by ") + who(a) +
+                      " in " + seconds_text(a.window_ms);
     if (a.burst) {
         out += " (burst)";
     }
@@ -98,8 +99,7 @@ std::string alert_summary(const denial_alert& a) {
         out += " (";
         for (std::size_t i = 0; i < a.top_targets.size(); ++i) {
             out += i == 0 ? "" : ", ";
-            out += inert(a.top_targets[i].target) + " ×" +
-                   std::to_string(a.top_targets[i].count);
+            out += inert(a.top_targets[i].target) + " ×" + std::to_string(a.top_targets[i].count);
         }
         if (a.other_targets > 0) {
             out += ", " + std::to_string(a.other_targets) + " more";
@@ -121,7 +121,8 @@ std::string alert_payload(const denial_alert& a, std::int64_t interval_ms) {
     std::string description = std::to_string(a.denials) + " denied attempts";
     description += a.session.empty() ? "" : " by session " + a.session;
     description += " of job " + job + " between " + rfc3339(a.first_wall_ms) + " and " +
-                   rfc3339(a.last_wall_ms) + ". Look up the session in the audit log "
+                   rfc3339(a.last_wall_ms) +
+                   ". Look up the session in the audit log "
                    "(cordon audit timeline SESSION) and kill it if it misbehaves.";
 
     std::string labels = "{";

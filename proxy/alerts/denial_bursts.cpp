@@ -257,9 +257,8 @@ std::size_t denial_bursts::open_windows() const {
 }
 
 void denial_bursts::evict_idle(std::int64_t now_ms) {
-    const std::int64_t idle = s_.windows
-                                  ? std::max(s_.interval.count(), s_.burst_window.count())
-                                  : s_.burst_window.count();
+    const std::int64_t idle = s_.windows ? std::max(s_.interval.count(), s_.burst_window.count())
+                                         : s_.burst_window.count();
     std::erase_if(entries_, [&](const auto& kv) {
         return !kv.second.win.open && now_ms - kv.second.last_mono > idle;
     });

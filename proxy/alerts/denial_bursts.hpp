@@ -17,14 +17,14 @@
 namespace cordon::proxy::alerts {
 
 struct burst_settings {
-    std::chrono::milliseconds interval{60'000};  ///< one alert per session per interval
-    std::uint32_t max_per_minute = 30;           ///< alerts across all sessions
-    std::uint32_t burst_threshold = 10;          ///< denials of one session within
+    std::chrono::milliseconds interval{60'000};      ///< one alert per session per interval
+    std::uint32_t max_per_minute = 30;               ///< alerts across all sessions
+    std::uint32_t burst_threshold = 10;              ///< denials of one session within
     std::chrono::milliseconds burst_window{60'000};  ///< burst_window: a burst
-    std::size_t max_keys = 4096;      ///< sessions (and unattributed jobs) tracked at once
-    std::size_t max_targets = 32;     ///< distinct targets counted per window
-    std::size_t max_reasons = 16;     ///< distinct reasons counted per window
-    std::size_t top_targets = 5;      ///< targets an alert lists
+    std::size_t max_keys = 4096;   ///< sessions (and unattributed jobs) tracked at once
+    std::size_t max_targets = 32;  ///< distinct targets counted per window
+    std::size_t max_reasons = 16;  ///< distinct reasons counted per window
+    std::size_t top_targets = 5;   ///< targets an alert lists
     /// false (no webhook): bursts are detected and nothing else is kept; no alert windows.
     bool windows = true;
 };
@@ -34,8 +34,8 @@ struct denial_event {
     std::string job;      ///< "" when unattributed
     std::string session;  ///< "" for clients attributed by `sources` or not at all
     std::string reason;
-    std::string target;   ///< "host:port", or the name for DNS
-    std::string kind;     ///< "connect", "http", "dns"
+    std::string target;  ///< "host:port", or the name for DNS
+    std::string kind;    ///< "connect", "http", "dns"
     std::int64_t mono_ms = 0;
     std::int64_t wall_ms = 0;
     std::uint64_t count = 1;  ///< identical denials this event stands for (0: none)
@@ -56,13 +56,13 @@ struct denial_alert {
     std::string session;
     std::uint64_t denials = 0;
     std::vector<std::pair<std::string, std::uint64_t>> reasons;  ///< most frequent first
-    std::vector<target_count> top_targets;                      ///< most frequent first
+    std::vector<target_count> top_targets;                       ///< most frequent first
     std::uint64_t other_targets = 0;  ///< denials whose target is not in top_targets
     std::int64_t first_wall_ms = 0;
     std::int64_t last_wall_ms = 0;
-    std::int64_t window_ms = 0;       ///< from the first denial to the window's close
-    bool burst = false;               ///< the session reached burst_threshold in the window
-    std::uint64_t dropped = 0;        ///< denials lost before counting since the last alert
+    std::int64_t window_ms = 0;  ///< from the first denial to the window's close
+    bool burst = false;          ///< the session reached burst_threshold in the window
+    std::uint64_t dropped = 0;   ///< denials lost before counting since the last alert
 };
 
 /// At most `per_minute` events in any 60 s (a sliding log: exact, bounded by per_minute).

@@ -44,20 +44,20 @@ public:
     };
 
     struct entry {
-        std::string target;       ///< printable ASCII: other bytes become '?'
-        std::uint64_t count = 0;  ///< an upper bound of the target's denials
-        std::uint64_t error = 0;  ///< overestimate: count - error is a lower bound
-        std::uint32_t reasons = 0;  ///< bit i: deny_reason_labels()[i] was seen
+        std::string target;           ///< printable ASCII: other bytes become '?'
+        std::uint64_t count = 0;      ///< an upper bound of the target's denials
+        std::uint64_t error = 0;      ///< overestimate: count - error is a lower bound
+        std::uint32_t reasons = 0;    ///< bit i: deny_reason_labels()[i] was seen
         std::size_t last_reason = 0;  ///< index into deny_reason_labels()
-        std::uint8_t kinds = 0;   ///< bit 0 connect, 1 http, 2 dns, 3 other
-        time_point first_seen{};  ///< since this counter holds this target
+        std::uint8_t kinds = 0;       ///< bit 0 connect, 1 http, 2 dns, 3 other
+        time_point first_seen{};      ///< since this counter holds this target
         time_point last_seen{};
     };
 
     struct job_denials {
-        std::string job;           ///< unattributed_job for ""
-        std::uint64_t total = 0;   ///< every denial of the job, listed or not
-        std::vector<entry> top;    ///< by count, highest first, then target
+        std::string job;          ///< unattributed_job for ""
+        std::uint64_t total = 0;  ///< every denial of the job, listed or not
+        std::vector<entry> top;   ///< by count, highest first, then target
     };
 
     denial_table();

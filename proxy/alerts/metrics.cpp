@@ -36,9 +36,8 @@ constexpr std::string_view overflow_job = "(other)";
 // and this one is observed once per upstream connection on every worker.
 class atomic_histogram {
 public:
-    static constexpr std::array<double, 14> bounds{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                   0.05,   0.1,   0.25,   0.5,   1,    2.5,
-                                                   5,      10};
+    static constexpr std::array<double, 14> bounds{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
     void observe(double seconds) {
         std::size_t i = 0;
         while (i < bounds.size() && seconds > bounds[i]) {
@@ -50,19 +49,18 @@ public:
                           std::memory_order_relaxed);
     }
     prometheus::MetricFamily collect(std::string name, std::string help) const {
-        prometheus::MetricFamily f{std::move(name), std::move(help),
-                                   prometheus::MetricType::Histogram, {}};
+        prometheus::MetricFamily f{
+            std::move(name), std::move(help), prometheus::MetricType::Histogram, {}};
         prometheus::ClientMetric m;
         std::uint64_t cumulative = 0;
         for (std::size_t i = 0; i <= bounds.size(); ++i) {
             cumulative += counts_[i].load(std::memory_order_relaxed);
             m.histogram.bucket.push_back(
-                {cumulative, i < bounds.size() ? bounds[i]
-                                               : std::numeric_limits<double>::infinity()});
+                {cumulative,
+                 i < bounds.size() ? bounds[i] : std::numeric_limits<double>::infinity()});
         }
         m.histogram.sample_count = cumulative;  // = the +Inf bucket, whatever races
-        m.histogram.sample_sum =
-            static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
+        m.histogram.sample_sum = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9;
         f.metric.push_back(std::move(m));
         return f;
     }
@@ -114,8 +112,8 @@ struct metrics::impl {
             .Name("cordon_kill_duration_seconds")
             .Help("Time from a kill call to every affected connection closed, inside cordon")
             .Register(*registry)
-            .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05,
-                                                               0.1, 0.25, 0.5, 1, 2.5});
+            .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                             0.25, 0.5, 1, 2.5});
     prometheus::Family<prometheus::Counter>& connections =
         prometheus::BuildCounter()
             .Name("cordon_connections_total")
@@ -189,7 +187,7 @@ struct metrics::impl {
     atomic_histogram upstream_connect;
 
     std::mutex audit_mu;
-    std::uint64_t audit_last = 0;  // audit_log::write_errors() at the last scrape
+    std::uint64_t audit_last = 0;          // audit_log::write_errors() at the last scrape
     std::uint64_t audit_dropped_last = 0;  // audit_log::dropped() at the last scrape
 
     std::mutex jobs_mu;  // adding jobs; lookups take no lock
@@ -206,7 +204,8 @@ struct metrics::impl {
         m->denied_ = &connections.Add({{"job", label}, {"decision", "denied"}});
         m->would_deny_ = &connections.Add({{"job", label}, {"decision", "would_deny"}});
         for (const auto r : deny_reason_labels()) {
-            m->denied_by_reason_.push_back(&denied.Add({{"job", label}, {"reason", std::string(r)}}));
+            m->denied_by_reason_.push_back(
+                &denied.Add({{"job", label}, {"reason", std::string(r)}}));
         }
         m->active_tunnels_ = &active_tunnels.Add({{"job", label}});
         m->bytes_up_ = &bytes.Add({{"job", label}, {"direction", "up"}});
@@ -286,8 +285,8 @@ job_metrics& metrics::job(std::string_view name) {
     return *impl_->index.load(std::memory_order_acquire)->by_name.find(name)->second;
 }
 
-void metrics::count_denied(std::string_view job_name, std::string_view reason,
-                           bool proxy_request, std::uint64_t n) {
+void metrics::count_denied(std::string_view job_name, std::string_view reason, bool proxy_request,
+                           std::uint64_t n) {
     job_metrics& j = job(job_name);
     j.denied_by_reason_[deny_reason_label(reason)]->Increment(static_cast<double>(n));
     if (proxy_request) {
@@ -324,8 +323,9 @@ void metrics::set_audit_write_errors(std::uint64_t total) {
 
 void metrics::set_audit_dropped(std::uint64_t total) {
     std::lock_guard lock(impl_->audit_mu);
-    const std::uint64_t delta =
-        total >= impl_->audit_dropped_last ? total - impl_->audit_dropped_last : total;
+    const std::uint64_t delta = total >= impl_->audit_dropped_last
+                                    ? total - impl_->audit_dropped_last
+                                    : total;
     impl_->audit_dropped_last = total;
     impl_->audit_dropped.Increment(static_cast<double>(delta));
 }

@@ -13,15 +13,15 @@
 #include <thread>
 #include <vector>
 
+#include "common/asio.hpp"
+#include "common/bounded_queue.hpp"
+#include "common/error_text.hpp"
 #include "common/time.hpp"
 #include "config/http_url.hpp"
 #include "config/ip.hpp"
 #include "config/units.hpp"
 #include "proxy/alerts/alert_payload.hpp"
-#include "common/asio.hpp"
-#include "common/bounded_queue.hpp"
 #include "proxy/alerts/denial_bursts.hpp"
-#include "common/error_text.hpp"
 #include "proxy/alerts/webhook_retry.hpp"
 
 namespace cordon::proxy::alerts {
@@ -175,8 +175,8 @@ struct denial_notifier::impl {
             return;
         }
         const std::size_t room = max_in_flight - in_flight;
-        std::vector<denial_alert> due =
-            flushing ? bursts.take_all(mono_ms(), room) : bursts.take_due(mono_ms(), room);
+        std::vector<denial_alert> due = flushing ? bursts.take_all(mono_ms(), room)
+                                                 : bursts.take_due(mono_ms(), room);
         for (auto& a : due) {
             ++in_flight;
             net::co_spawn(ioc, deliver(current, std::move(a)), net::detached);
@@ -251,8 +251,7 @@ struct denial_notifier::impl {
         tls.set_verify_callback(ssl::host_name_verification(s.url.host));
         auto [hec] = co_await tls.async_handshake(ssl::stream_base::client, use_nothrow);
         if (hec) {
-            co_return attempt_result{delivery_outcome::retry, describe(hec, "TLS handshake"),
-                                     {}};
+            co_return attempt_result{delivery_outcome::retry, describe(hec, "TLS handshake"), {}};
         }
         co_return co_await exchange(tls, req);
     }
@@ -264,8 +263,7 @@ struct denial_notifier::impl {
         for (;;) {
             ++attempts;
             r = co_await attempt(*s, body);
-            if (r.outcome != delivery_outcome::retry || attempts > s->spec.retries ||
-                flushing) {
+            if (r.outcome != delivery_outcome::retry || attempts > s->spec.retries || flushing) {
                 break;
             }
             std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -394,8 +392,8 @@ void denial_notifier::configure(const std::optional<config::webhook_spec>& spec)
         error_code ec;
         s->tls->set_default_verify_paths(ec);
         if (ec) {
-            std::cerr << "cordon: webhook: cannot load the system CA certificates ("
-                      << ec.message() << "); deliveries to " << s->origin << " will fail\n";
+            std::cerr << "cordon: webhook: cannot load the system CA certificates (" << ec.message()
+                      << "); deliveries to " << s->origin << " will fail\n";
         }
     }
     std::ostringstream said;

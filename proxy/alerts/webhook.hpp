@@ -60,8 +60,7 @@ public:
     /// lengths). Never blocks: a full queue drops the event and counts its denials. A no-op
     /// before the first configure(), after stop(), and for count 0.
     void submit(std::string_view job, std::string_view session, std::string_view reason,
-                std::string_view target, std::string_view kind,
-                std::uint64_t count = 1) noexcept;
+                std::string_view target, std::string_view kind, std::uint64_t count = 1) noexcept;
 
     /// Stops the thread: counts what is queued, sends every open window once (no retries,
     /// still rate-limited) and waits for deliveries up to `flush_deadline`; then abandons

@@ -1,5 +1,5 @@
-#include "common/time.hpp"
 #include "proxy/alerts/webhook_retry.hpp"
+#include "common/time.hpp"
 
 #include <algorithm>
 #include <array>
@@ -23,8 +23,8 @@ std::chrono::milliseconds retry_delay(unsigned attempt, double unit,
     using std::chrono::milliseconds;
     unit = std::clamp(unit, 0.0, 1.0);
     const unsigned shift = std::min(attempt == 0 ? 0u : attempt - 1, 16u);
-    const std::int64_t full =
-        std::min<std::int64_t>(retry_cap.count(), retry_base.count() * (std::int64_t{1} << shift));
+    const std::int64_t full = std::min<std::int64_t>(
+        retry_cap.count(), retry_base.count() * (std::int64_t{1} << shift));
     const std::int64_t half = full / 2;
     milliseconds d(half + static_cast<std::int64_t>(static_cast<double>(full - half) * unit));
     if (retry_after && *retry_after > d) {

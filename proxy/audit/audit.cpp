@@ -199,8 +199,7 @@ void audit_log::run() {
         lock.lock();
         flush_done_ = ticket;
         last_pass_ok_ = ok;
-        if (stop && !ok && !queue_.empty() &&
-            std::chrono::steady_clock::now() < stop_deadline_) {
+        if (stop && !ok && !queue_.empty() && std::chrono::steady_clock::now() < stop_deadline_) {
             // Stopping during an outage: keep trying, bounded, before anything is lost.
             done_.notify_all();
             lock.unlock();
@@ -271,8 +270,7 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
             if (would > opts_.max_file_bytes && fd_size_ + before > 0 &&
                 fd_part_ < max_audit_part) {
                 // The file is full: write what fits, then continue in the day's next part.
-                if (before > 0 &&
-                    !append(std::string_view(bytes).substr(0, before), error, kept)) {
+                if (before > 0 && !append(std::string_view(bytes).substr(0, before), error, kept)) {
                     return fail();
                 }
                 first = last;
@@ -335,8 +333,7 @@ bool audit_log::open_part(std::int64_t day, unsigned part, std::string& error) {
         path.push_back('/');
     }
     path += audit_file_name(audit_file_id{day, part});
-    const int fd =
-        ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
     if (fd < 0) {
         error = errno_text("cannot open", path, errno);
         return false;
@@ -377,8 +374,8 @@ bool audit_log::append(std::string_view bytes, std::string& error, std::size_t& 
                 // retry neither leaves a cut line nor writes a kept one again. (Should the
                 // cut line stay, the next open_part() starts a fresh line after it.)
                 const std::string_view whole = bytes.substr(0, bytes.rfind('\n', done - 1) + 1);
-                [[maybe_unused]] const int cut =
-                    ::ftruncate(fd_, st.st_size + static_cast<off_t>(whole.size()));
+                [[maybe_unused]] const int cut = ::ftruncate(
+                    fd_, st.st_size + static_cast<off_t>(whole.size()));
                 if (!whole.empty()) {
                     [[maybe_unused]] const int synced = ::fdatasync(fd_);
                 }
@@ -491,4 +488,3 @@ void memory_audit_sink::clear() {
 }
 
 }  // namespace cordon::proxy::audit
-

@@ -55,9 +55,8 @@ public:
     /// Other integer types (int, unsigned, long long, ...) go to the 64-bit overloads, so
     /// `add("port", 443)` is not ambiguous.
     template <std::integral T>
-        requires(!std::same_as<T, bool> && !std::same_as<T, char> &&
-                 !std::same_as<T, std::int64_t> && !std::same_as<T, std::uint64_t>)
-    audit_record& add(std::string_view key, T value) {
+    requires(!std::same_as<T, bool> && !std::same_as<T, char> && !std::same_as<T, std::int64_t> &&
+             !std::same_as<T, std::uint64_t>) audit_record& add(std::string_view key, T value) {
         if constexpr (std::is_signed_v<T>) {
             return add(key, static_cast<std::int64_t>(value));
         } else {

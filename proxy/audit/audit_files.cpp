@@ -1,5 +1,5 @@
-#include "common/time.hpp"
 #include "proxy/audit/audit_files.hpp"
+#include "common/time.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -44,9 +44,8 @@ std::string audit_file_name(audit_file_id id) {
     const year_month_day ymd{sys_days{days{id.day}}};
     char buf[48];
     if (id.part == 0) {
-        std::snprintf(buf, sizeof buf, "cordon-%04d-%02u-%02u.jsonl",
-                      static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
-                      static_cast<unsigned>(ymd.day()));
+        std::snprintf(buf, sizeof buf, "cordon-%04d-%02u-%02u.jsonl", static_cast<int>(ymd.year()),
+                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
     } else {
         std::snprintf(buf, sizeof buf, "cordon-%04d-%02u-%02u.p%04u.jsonl",
                       static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
@@ -122,10 +121,10 @@ std::uint64_t map_audit_files(const std::string& dir,
                               const std::optional<common::wall_clock::time_point>& until,
                               const std::function<void(const audit_file&, std::string_view)>& fn,
                               std::string& error) {
-    const std::int64_t first_day =
-        since ? audit_day_of(*since) : std::numeric_limits<std::int64_t>::min();
-    const std::int64_t last_day =
-        until ? audit_day_of(*until) : std::numeric_limits<std::int64_t>::max();
+    const std::int64_t first_day = since ? audit_day_of(*since)
+                                         : std::numeric_limits<std::int64_t>::min();
+    const std::int64_t last_day = until ? audit_day_of(*until)
+                                        : std::numeric_limits<std::int64_t>::max();
     std::uint64_t opened = 0;
     const auto files = list_audit_files(dir, error);
     if (!error.empty()) {

@@ -38,8 +38,7 @@ void truncate_value(std::string& s, std::size_t max) {
         return;
     }
     std::size_t cut = max - truncated_suffix.size();
-    for (int k = 0; k < 3 && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80;
-         ++k) {
+    for (int k = 0; k < 3 && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80; ++k) {
         --cut;
     }
     s.resize(cut);
@@ -74,7 +73,7 @@ const key_info& info_of(std::string_view key) {
     constexpr std::size_t probes = 8;
     thread_local std::array<key_info, slots> memo;
     constexpr std::size_t max_key = 64;  // longer keys (from event payloads) are not kept
-    thread_local key_info overflow;       // a key that finds no slot is derived each time
+    thread_local key_info overflow;      // a key that finds no slot is derived each time
     const std::uint64_t h = key_hash(key);
     key_info* free_slot = nullptr;
     for (std::size_t p = 0; p < probes && key.size() <= max_key; ++p) {

@@ -14,7 +14,6 @@
 #include <emmintrin.h>
 #endif
 
-
 #include "common/time.hpp"
 #include "config/units.hpp"
 #include "proxy/audit/audit.hpp"
@@ -251,8 +250,8 @@ std::string describe(const std::string& event, const json::object& o) {
         out = "by " + s("by") + ": " + s("reason") + " (" + s("connections_closed") +
               " connections closed, " + s("tokens_revoked") + " tokens revoked)";
     } else if (event == "kill.network") {
-        out = "all egress, by " + s("by") + ": " + s("reason") + " (" +
-              s("connections_closed") + " connections closed)";
+        out = "all egress, by " + s("by") + ": " + s("reason") + " (" + s("connections_closed") +
+              " connections closed)";
     } else if (event == "revive") {
         out = "egress back, by " + s("by") + ": " + s("reason");
     } else {
@@ -275,7 +274,7 @@ std::pair<std::size_t, std::size_t> line_at(std::string_view data, std::size_t a
 }
 
 std::optional<common::wall_clock::time_point> parse_time_arg(std::string_view text,
-                                                     common::wall_clock::time_point now) {
+                                                             common::wall_clock::time_point now) {
     if (text.size() >= 10 && text[4] == '-') {
         return parse_rfc3339(text);
     }
@@ -288,7 +287,8 @@ std::optional<common::wall_clock::time_point> parse_time_arg(std::string_view te
 
 std::optional<time_window> parse_time_window(std::optional<std::string_view> since_text,
                                              std::optional<std::string_view> until_text,
-                                             common::wall_clock::time_point now, std::string& error) {
+                                             common::wall_clock::time_point now,
+                                             std::string& error) {
     const auto read = [&](std::string_view flag, std::optional<std::string_view> text,
                           std::optional<common::wall_clock::time_point>& out) {
         if (text && !(out = parse_time_arg(*text, now))) {
@@ -338,9 +338,8 @@ void find_needles(std::string_view data, const std::vector<std::string>& needles
         for (const probe& pr : probes) {
             const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + pr.a0));
             const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i + pr.a1));
-            auto mask = static_cast<unsigned>(
-                _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(b0, pr.c0),
-                                                _mm_cmpeq_epi8(b1, pr.c1))));
+            auto mask = static_cast<unsigned>(_mm_movemask_epi8(
+                _mm_and_si128(_mm_cmpeq_epi8(b0, pr.c0), _mm_cmpeq_epi8(b1, pr.c1))));
             while (mask != 0) {
                 const std::size_t at = i + static_cast<std::size_t>(__builtin_ctz(mask));
                 if (std::memcmp(p + at, pr.needle->data(), pr.needle->size()) == 0) {
@@ -368,8 +367,8 @@ void find_needles(std::string_view data, const std::vector<std::string>& needles
     }
 }
 
-void scan_timeline(std::string_view data, const timeline_query& q,
-                   std::vector<timeline_event>& out, timeline_stats& stats) {
+void scan_timeline(std::string_view data, const timeline_query& q, std::vector<timeline_event>& out,
+                   timeline_stats& stats) {
     std::string session_needle = "\"session\":";
     common::append_json_string(session_needle, q.session);
     const std::vector<std::string> needles{session_needle, "\"event\":\"kill.network\"",
@@ -415,8 +414,8 @@ void scan_timeline(std::string_view data, const timeline_query& q,
         timeline_event e;
         if (sv != nullptr && sv->is_string() && sv->as_string() == q.session) {
             e.network = false;
-        } else if (sv == nullptr && (ev->as_string() == "kill.network" ||
-                                     ev->as_string() == "revive")) {
+        } else if (sv == nullptr &&
+                   (ev->as_string() == "kill.network" || ev->as_string() == "revive")) {
             e.network = true;
         } else {
             continue;  // the needle was inside another value

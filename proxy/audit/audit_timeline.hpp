@@ -20,7 +20,7 @@ namespace cordon::proxy::audit {
 /// ("2026-11-29", its midnight UTC), or a duration back from `now` ("2h", "30m", "1h30m",
 /// "2d", as config::parse_duration reads them). nullopt for anything else.
 std::optional<common::wall_clock::time_point> parse_time_arg(std::string_view text,
-                                                     common::wall_clock::time_point now);
+                                                             common::wall_clock::time_point now);
 
 /// The --since / --until window of a verb that reads the audit files (audit timeline,
 /// policy suggest and replay).
@@ -33,7 +33,8 @@ struct time_window {
 /// the flag and the text ("--since: 'x' is neither RFC 3339 nor a duration like 2h").
 std::optional<time_window> parse_time_window(std::optional<std::string_view> since_text,
                                              std::optional<std::string_view> until_text,
-                                             common::wall_clock::time_point now, std::string& error);
+                                             common::wall_clock::time_point now,
+                                             std::string& error);
 
 /// What to look for.
 struct timeline_query {
@@ -69,8 +70,8 @@ std::pair<std::size_t, std::size_t> line_at(std::string_view data, std::size_t a
 /// Scans `data` (the bytes of one audit file) and appends the lines of `q.session` within
 /// [since, until], and every kill.network and revive (finish_timeline() keeps those that fall
 /// within the session's span). A last line without its '\n' (being written) is skipped.
-void scan_timeline(std::string_view data, const timeline_query& q,
-                   std::vector<timeline_event>& out, timeline_stats& stats);
+void scan_timeline(std::string_view data, const timeline_query& q, std::vector<timeline_event>& out,
+                   timeline_stats& stats);
 
 /// Puts the events in time order (stable: the file order breaks ties) and keeps network
 /// kills and revives only between the session's first and last event.

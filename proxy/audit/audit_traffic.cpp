@@ -11,10 +11,10 @@
 #include "config/host.hpp"
 #include "config/ip.hpp"
 #include "config/load.hpp"
+#include "config/target.hpp"
 #include "proxy/audit/audit.hpp"
 #include "proxy/audit/audit_files.hpp"
 #include "proxy/audit/audit_timeline.hpp"  // find_needles
-#include "config/target.hpp"
 
 namespace cordon::proxy::audit {
 namespace {
@@ -218,8 +218,7 @@ scan_result scan_fields(std::string_view s, fields& f) {
                     f.would_deny = value;
                 }
                 break;
-            default:
-                break;
+            default: break;
         }
         ws();
         if (i < n && s[i] == ',') {
@@ -352,22 +351,21 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         r.tcp_rule = tcp_rule;
         // Records before conn.deny carried a method are CONNECTs as far as can be told.
         r.kind = f.method.empty() || f.method == "CONNECT" ? config::request_kind::connect
-                                                            : config::request_kind::http;
+                                                           : config::request_kind::http;
         const bool method_ok = r.kind == config::request_kind::connect ||
                                config::valid_http_method(f.method);
         if (r.kind == config::request_kind::http) {
             r.method = std::string(f.method);
         }
         const config::target_result t = f.target.find('\\') == std::string_view::npos
-                                    ? config::parse_connect_target(f.target)
-                                    : config::target_result{};
+                                            ? config::parse_connect_target(f.target)
+                                            : config::target_result{};
         if (!t.value || !method_ok) {
             e.skip = true;
         } else {
             r.port = t.value->port;
             const config::literal lit = config::parse_literal(t.value->host);
-            if (lit.kind == config::literal_kind::ipv4 ||
-                lit.kind == config::literal_kind::ipv6) {
+            if (lit.kind == config::literal_kind::ipv4 || lit.kind == config::literal_kind::ipv6) {
                 r.ip_literal = true;
                 r.host = lit.zone.empty() ? lit.address.to_string() : std::string();
                 e.skip = !lit.zone.empty();
@@ -419,10 +417,10 @@ learn::seen_traffic traffic_collector::finish() const {
     }
     std::sort(out.requests.begin(), out.requests.end(),
               [](const learn::seen_request& a, const learn::seen_request& b) {
-                  return std::tie(a.host, a.port, a.kind, a.method, a.outcome, a.reason,
-                                  a.address, a.tcp_rule) <
-                         std::tie(b.host, b.port, b.kind, b.method, b.outcome, b.reason,
-                                  b.address, b.tcp_rule);
+                  return std::tie(a.host, a.port, a.kind, a.method, a.outcome, a.reason, a.address,
+                                  a.tcp_rule) < std::tie(b.host, b.port, b.kind, b.method,
+                                                         b.outcome, b.reason, b.address,
+                                                         b.tcp_rule);
               });
     // Entries that differ only in raw spelling (an upper-case host) are the same request.
     std::vector<learn::seen_request> merged;
@@ -452,7 +450,7 @@ learn::seen_traffic traffic_collector::finish() const {
 }
 
 learn::seen_traffic read_traffic(const std::string& dir, const traffic_query& q,
-                                  traffic_stats& stats, std::string& error) {
+                                 traffic_stats& stats, std::string& error) {
     traffic_collector c(q);
     stats.files += map_audit_files(
         dir, q.since, q.until,

@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "config/learn/learn.hpp"
 #include "common/time.hpp"
+#include "config/learn/learn.hpp"
 
 namespace cordon::proxy::audit {
 
@@ -26,11 +26,11 @@ struct traffic_query {
 
 struct traffic_stats {
     std::uint64_t files = 0;
-    std::uint64_t bytes = 0;      ///< bytes searched
-    std::uint64_t lines = 0;      ///< lines of the job read
-    std::uint64_t used = 0;       ///< records counted (conn.open, conn.deny, dns.*)
-    std::uint64_t malformed = 0;  ///< lines of the job that were not audit JSON objects
-    std::uint64_t bad_target = 0; ///< records whose target (or HTTP method) was unusable
+    std::uint64_t bytes = 0;       ///< bytes searched
+    std::uint64_t lines = 0;       ///< lines of the job read
+    std::uint64_t used = 0;        ///< records counted (conn.open, conn.deny, dns.*)
+    std::uint64_t malformed = 0;   ///< lines of the job that were not audit JSON objects
+    std::uint64_t bad_target = 0;  ///< records whose target (or HTTP method) was unusable
 };
 
 /// Counts the records of one job, line by line. Not thread-safe.
@@ -55,11 +55,11 @@ private:
         bool skip = false;  // unparseable target: counted in stats.bad_target once
     };
     traffic_query q_;
-    std::string needle_;  // "job":"NAME" as written
+    std::string needle_;    // "job":"NAME" as written
     std::string job_json_;  // the job as a JSON string value, without quotes
     std::string since_;
     std::string until_;
-    std::string key_;  // scratch
+    std::string key_;      // scratch
     std::string address_;  // scratch: the record's non-public addresses
     std::unordered_map<std::string, entry> requests_;
     std::unordered_map<std::string, learn::seen_name> dns_;
@@ -72,6 +72,6 @@ private:
 /// Reads the audit files of `dir` (skipping days outside [since, until]) and counts the
 /// job's traffic. Sets `error` when the directory or a file cannot be read.
 learn::seen_traffic read_traffic(const std::string& dir, const traffic_query& q,
-                                  traffic_stats& stats, std::string& error);
+                                 traffic_stats& stats, std::string& error);
 
 }  // namespace cordon::proxy::audit

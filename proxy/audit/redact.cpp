@@ -307,8 +307,8 @@ maybe_match match_userinfo(std::string_view s, std::size_t i) {
     while (j < s.size()) {
         const char c = s[j];
         const auto u = static_cast<unsigned char>(c);
-        if (c == '/' || c == '?' || c == '#' || c == '@' || u <= 0x20 || u == 0x7f ||
-            is_quote(c) || c == '<' || c == '>' || c == '\\') {
+        if (c == '/' || c == '?' || c == '#' || c == '@' || u <= 0x20 || u == 0x7f || is_quote(c) ||
+            c == '<' || c == '>' || c == '\\') {
             break;
         }
         ++j;
@@ -401,9 +401,8 @@ maybe_match match_pair(std::string_view s, std::size_t i) {
     }
     std::size_t keep = value - i;
     if (auth) {
-        const std::size_t scheme_end = run_end(s, value, [](char c) {
-            return is_alnum(c) || c == '-' || c == '_' || c == '.';
-        });
+        const std::size_t scheme_end = run_end(
+            s, value, [](char c) { return is_alnum(c) || c == '-' || c == '_' || c == '.'; });
         const std::size_t cred = run_end(s, scheme_end, is_blank);
         if (scheme_end > value && cred > scheme_end && cred < end) {
             keep = cred - i;
@@ -446,21 +445,21 @@ maybe_match match_at(std::string_view s, std::size_t i) {
 
 bool secret_query_name(std::string_view name) {
     static constexpr std::array<std::string_view, 22> roots{
-        "token",   "secret", "password", "passwd", "passphrase", "pwd",    "pass",  "key",
-        "auth",    "credential", "signature", "sig", "session",  "sessid", "code",  "jwt",
-        "bearer",  "cookie", "saml",     "ticket", "assertion",  "otp"};
+        "token",  "secret",     "password",  "passwd", "passphrase", "pwd",    "pass", "key",
+        "auth",   "credential", "signature", "sig",    "session",    "sessid", "code", "jwt",
+        "bearer", "cookie",     "saml",      "ticket", "assertion",  "otp"};
     return contains_any(squash(percent_decode(name)), roots);
 }
 
 bool secret_field_name(std::string_view name) {
     static constexpr std::array<std::string_view, 9> contained{
-        "password", "passwd",  "passphrase", "secret", "credential",
-        "authorization", "cookie", "signature", "bearer"};
+        "password",      "passwd", "passphrase", "secret", "credential",
+        "authorization", "cookie", "signature",  "bearer"};
     static constexpr std::array<std::string_view, 5> suffixes{"token", "tokens", "key", "keys",
                                                               "auth"};
     const std::string s = squash(name);
-    return contains_any(s, contained) || ends_with_any(s, suffixes) || s == "pwd" ||
-           s == "pass" || s == "sig";
+    return contains_any(s, contained) || ends_with_any(s, suffixes) || s == "pwd" || s == "pass" ||
+           s == "sig";
 }
 
 std::string redact_url(std::string_view url) {
@@ -515,9 +514,8 @@ std::string redact_header_value(std::string_view header_name, std::string_view v
     }
     if (authorization_name(header_name)) {
         const std::size_t start = run_end(value, 0, is_blank);
-        const std::size_t scheme_end = run_end(value, start, [](char c) {
-            return is_alnum(c) || c == '-' || c == '_' || c == '.';
-        });
+        const std::size_t scheme_end = run_end(
+            value, start, [](char c) { return is_alnum(c) || c == '-' || c == '_' || c == '.'; });
         const std::size_t cred = run_end(value, scheme_end, is_blank);
         if (scheme_end > start && cred > scheme_end && cred < value.size()) {
             std::string out(value.substr(start, scheme_end - start));

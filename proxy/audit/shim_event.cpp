@@ -40,7 +40,8 @@ bool is_shim_event(std::string_view body) {
 }
 
 std::optional<audit_record> parse_shim_event(std::string_view body, std::string_view session,
-                                             std::string_view job, common::wall_clock::time_point ts,
+                                             std::string_view job,
+                                             common::wall_clock::time_point ts,
                                              std::string& error) {
     const auto o = object_of(body);
     if (!o) {

@@ -25,7 +25,7 @@ bool is_shim_event(std::string_view body);
 /// Unknown keys, wrong types, a path that is not absolute or above 4096 bytes, `to`/`when`
 /// above 256 bytes are refused: nullopt and `error` set. The record says `by: cordon-run`.
 std::optional<audit_record> parse_shim_event(std::string_view body, std::string_view session,
-                                             std::string_view job, common::wall_clock::time_point ts,
-                                             std::string& error);
+                                             std::string_view job,
+                                             common::wall_clock::time_point ts, std::string& error);
 
 }  // namespace cordon::proxy::audit

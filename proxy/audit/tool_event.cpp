@@ -3,8 +3,8 @@
 #include <boost/json.hpp>
 
 #include "common/time.hpp"
-#include "proxy/audit/redact.hpp"
 #include "config/target.hpp"
+#include "proxy/audit/redact.hpp"
 
 namespace cordon::proxy::audit {
 namespace {
@@ -20,8 +20,8 @@ bool is_alnum(char c) noexcept {
     return (c >= '0' && c <= '9') || (lower(c) >= 'a' && lower(c) <= 'z');
 }
 bool url_end(char c) noexcept {
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '"' || c == '\'' ||
-           c == '<' || c == '>' || c == '\\' || c == '`';
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '"' || c == '\'' || c == '<' ||
+           c == '>' || c == '\\' || c == '`';
 }
 bool starts_nocase(std::string_view s, std::size_t at, std::string_view p) noexcept {
     if (s.size() - at < p.size()) {
@@ -197,7 +197,8 @@ audit_record tool_call_record(const tool_event& e, const tool_event_source& from
 }
 
 bool targets_reserved_host(std::string_view t, bool is_connect) {
-    const config::target_result parsed = is_connect ? config::parse_connect_target(t) : config::parse_absolute_uri(t);
+    const config::target_result parsed = is_connect ? config::parse_connect_target(t)
+                                                    : config::parse_absolute_uri(t);
     if (!parsed.value) {
         return false;
     }

@@ -26,11 +26,11 @@ capacity plan_capacity(const capacity_inputs& in) {
     const std::uint64_t limit = in.descriptor_limit;
     const std::uint64_t workers = std::max<std::size_t>(in.workers, 1);
     if (in.admin) {
-        c.admin_connections =
-            static_cast<std::size_t>(std::clamp<std::uint64_t>(limit / 128, 8, 4096));
+        c.admin_connections = static_cast<std::size_t>(
+            std::clamp<std::uint64_t>(limit / 128, 8, 4096));
     }
-    c.pipes_per_worker =
-        static_cast<std::size_t>(std::min<std::uint64_t>(limit / 64 / 2 / workers, 256));
+    c.pipes_per_worker = static_cast<std::size_t>(
+        std::min<std::uint64_t>(limit / 64 / 2 / workers, 256));
     std::uint64_t reserved = base_descriptors + workers * per_worker_descriptors +
                              state_descriptors + audit_descriptors + webhook_descriptors +
                              margin_descriptors + workers * c.pipes_per_worker * 2;
@@ -52,8 +52,8 @@ capacity plan_capacity(const capacity_inputs& in) {
                   " are needed: raise the limit (ulimit -n, LimitNOFILE=)";
         return c;
     }
-    c.max_connections =
-        static_cast<std::size_t>(std::min<std::uint64_t>(fits, in.configured_max_connections));
+    c.max_connections = static_cast<std::size_t>(
+        std::min<std::uint64_t>(fits, in.configured_max_connections));
     if (c.max_connections < in.configured_max_connections) {
         c.note = "proxy.max_connections " + std::to_string(in.configured_max_connections) +
                  " lowered to " + std::to_string(c.max_connections) + ": RLIMIT_NOFILE " +

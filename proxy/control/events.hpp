@@ -37,8 +37,7 @@ public:
 
     /// Events after `after`, for `session` (empty: all), oldest first, from memory. Sets
     /// `complete` false when older events than memory holds were asked for.
-    std::vector<event> since(std::uint64_t after, std::string_view session,
-                             bool& complete) const;
+    std::vector<event> since(std::uint64_t after, std::string_view session, bool& complete) const;
 
     std::uint64_t last_id() const noexcept { return last_id_; }
 

@@ -1,5 +1,5 @@
-#include "common/time.hpp"
 #include "proxy/control/sessions.hpp"
+#include "common/time.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -16,42 +16,30 @@ constexpr std::size_t token_bytes = 32;      // 64 hex: 256 bits, >= the 128 req
 
 std::string_view to_string(session_state s) noexcept {
     switch (s) {
-    case session_state::active:
-        return "active";
-    case session_state::ended:
-        return "ended";
-    case session_state::killed:
-        return "killed";
+        case session_state::active: return "active";
+        case session_state::ended: return "ended";
+        case session_state::killed: return "killed";
     }
     return "unknown";
 }
 
 std::string_view to_string(auth_status s) noexcept {
     switch (s) {
-    case auth_status::ok:
-        return "ok";
-    case auth_status::bad_credentials:
-        return "bad_credentials";
-    case auth_status::token_expired:
-        return "token_expired";
-    case auth_status::token_revoked:
-        return "token_revoked";
-    case auth_status::session_ended:
-        return "session_ended";
-    case auth_status::session_killed:
-        return "session_killed";
+        case auth_status::ok: return "ok";
+        case auth_status::bad_credentials: return "bad_credentials";
+        case auth_status::token_expired: return "token_expired";
+        case auth_status::token_revoked: return "token_revoked";
+        case auth_status::session_ended: return "session_ended";
+        case auth_status::session_killed: return "session_killed";
     }
     return "unknown";
 }
 
 std::string_view to_string(revoke_result r) noexcept {
     switch (r) {
-    case revoke_result::revoked:
-        return "revoked";
-    case revoke_result::already_revoked:
-        return "already_revoked";
-    case revoke_result::unknown:
-        return "unknown";
+        case revoke_result::revoked: return "revoked";
+        case revoke_result::already_revoked: return "already_revoked";
+        case revoke_result::unknown: return "unknown";
     }
     return "unknown";
 }
@@ -210,8 +198,8 @@ auth_result session_registry::authenticate(std::string_view session_id,
     return out;
 }
 
-revoke_result session_registry::revoke_token(std::string_view session_id,
-                                             std::string_view token_id, std::string reason) {
+revoke_result session_registry::revoke_token(std::string_view session_id, std::string_view token_id,
+                                             std::string reason) {
     std::unique_lock lock(mutex_);
     const auto it = sessions_.find(session_id);
     if (it == sessions_.end()) {
@@ -330,7 +318,6 @@ std::size_t session_registry::prune(std::chrono::milliseconds keep) {
         return s.state != session_state::active && now - s.ended_at >= keep;
     });
 }
-
 
 stored_session session_registry::to_stored(const session_record& s) {
     stored_session out;

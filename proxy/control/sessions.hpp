@@ -67,9 +67,10 @@ struct session_info {
     common::wall_clock::time_point created;
     common::wall_clock::time_point expires_at;  ///< the latest expires_at of its tokens
     session_state state = session_state::active;
-    std::string end_reason;             ///< empty while active
-    common::wall_clock::time_point ended_at{};  ///< when it left active or became killed; else epoch
-    std::vector<token_info> tokens;     ///< in minting order
+    std::string end_reason;  ///< empty while active
+    common::wall_clock::time_point
+        ended_at{};                  ///< when it left active or became killed; else epoch
+    std::vector<token_info> tokens;  ///< in minting order
 };
 
 /// What create() and add_token() hand out. `token` is the secret: it is returned here once and

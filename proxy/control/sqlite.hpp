@@ -56,8 +56,9 @@ public:
     std::string text(int col) const {
         const auto* p = sqlite3_column_text(stmt_, col);
         const int n = sqlite3_column_bytes(stmt_, col);
-        return p == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(p),
-                                                          static_cast<std::size_t>(n));
+        return p == nullptr
+                   ? std::string()
+                   : std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n));
     }
     /// False unless the column is a blob of exactly out.size() bytes.
     bool hash(int col, secret_hash& out) const {

@@ -135,8 +135,8 @@ void remove_with_companions(const std::string& path) {
 }
 
 std::uint32_t be32(const unsigned char* p) {
-    return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
-           (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+    return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+           std::uint32_t{p[3]};
 }
 
 /// Checks an existing database file before SQLite sees it, for what SQLite would not report:
@@ -202,12 +202,11 @@ bool check_file(const std::string& path, std::string& error) {
     const std::uint64_t pages = be32(&header[28]);
     const bool pages_valid = be32(&header[92]) == be32(&header[24]);
     struct stat wal {};
-    const bool wal_has_frames =
-        ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 32;  // 32: WAL header
+    const bool wal_has_frames = ::stat((path + "-wal").c_str(), &wal) == 0 &&
+                                wal.st_size > 32;  // 32: WAL header
     if (pages_valid && !wal_has_frames && size / page_size < pages) {
-        error = where + " is truncated (" + bytes + ", its header says " +
-                std::to_string(pages) + " pages of " + std::to_string(page_size) + " bytes)" +
-                std::string(untouched);
+        error = where + " is truncated (" + bytes + ", its header says " + std::to_string(pages) +
+                " pages of " + std::to_string(page_size) + " bytes)" + std::string(untouched);
         return false;
     }
     return true;
@@ -292,8 +291,7 @@ bool create_store(const std::string& dir, const std::string& path, std::string& 
     }
     remove_with_companions(tmp);  // the -shm, if any
     if (const int err = fsync_path(dir, O_RDONLY | O_DIRECTORY); err != 0) {
-        error = "cannot create state store " + path + ": fsync of " + dir + ": " +
-                errno_text(err);
+        error = "cannot create state store " + path + ": fsync of " + dir + ": " + errno_text(err);
         return false;
     }
     return true;
@@ -378,7 +376,8 @@ bool state_store::impl::validate_and_configure(std::string& error) {
     if (versions[0] > schema_version) {
         error = where + " was written by a newer cordon (schema version " +
                 std::to_string(versions[0]) + "; this build supports up to " +
-                std::to_string(schema_version) + "); the file was left untouched: run that "
+                std::to_string(schema_version) +
+                "); the file was left untouched: run that "
                 "cordon version or a newer one";
         return false;
     }
@@ -470,9 +469,8 @@ bool state_store::impl::prepare_all(std::string& error) {
         {&select_last_event,
          "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
          "coalesce((SELECT max(id) FROM events), 0))"},
-        {&select_events,
-         "SELECT id, ts_ms, type, session, json FROM events WHERE id > ?1 "
-         "AND (?2 = '' OR session = ?2 OR session = '') ORDER BY id LIMIT ?3"},
+        {&select_events, "SELECT id, ts_ms, type, session, json FROM events WHERE id > ?1 "
+                         "AND (?2 = '' OR session = ?2 OR session = '') ORDER BY id LIMIT ?3"},
         {&prune_sessions, "DELETE FROM sessions WHERE state <> 'active' AND ended_ms < ?1"},
         {&prune_events, "DELETE FROM events WHERE ts_ms < ?1"},
         {&upsert_kill_timing,
@@ -486,8 +484,9 @@ bool state_store::impl::prepare_all(std::string& error) {
     for (const auto& [st, sql] : all) {
         const int rc = st->prepare(db.get(), sql, true);
         if (rc != SQLITE_OK) {
-            error = "state store " + path + " does not have the expected schema: " +
-                    db.message(rc) + std::string(untouched);
+            error = "state store " + path +
+                    " does not have the expected schema: " + db.message(rc) +
+                    std::string(untouched);
             return false;
         }
     }

@@ -1,6 +1,6 @@
 // The state store's operations: sessions, kills and events written one transaction each, and read.
-#include "common/time.hpp"
 #include "proxy/control/state_store.hpp"
+#include "common/time.hpp"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -26,8 +26,8 @@
 namespace cordon::proxy::control {
 
 using detail::errno_text;
-using sqlite::statement;
 using sqlite::reset_on_exit;
+using sqlite::statement;
 
 namespace {
 
@@ -45,13 +45,15 @@ std::int64_t to_ms(common::wall_clock::time_point t) {
 
 /// False if `ms` does not fit the clock (only a damaged or foreign row does that).
 bool from_ms(std::int64_t ms, common::wall_clock::time_point& out) {
-    constexpr auto lo = std::chrono::duration_cast<milliseconds>(common::wall_clock::duration::min());
-    constexpr auto hi = std::chrono::duration_cast<milliseconds>(common::wall_clock::duration::max());
+    constexpr auto lo = std::chrono::duration_cast<milliseconds>(
+        common::wall_clock::duration::min());
+    constexpr auto hi = std::chrono::duration_cast<milliseconds>(
+        common::wall_clock::duration::max());
     if (ms < lo.count() || ms > hi.count()) {
         return false;
     }
-    out =
-        common::wall_clock::time_point(std::chrono::duration_cast<common::wall_clock::duration>(milliseconds(ms)));
+    out = common::wall_clock::time_point(
+        std::chrono::duration_cast<common::wall_clock::duration>(milliseconds(ms)));
     return true;
 }
 
@@ -84,8 +86,8 @@ bool state_store::impl::check_identity(std::string& error) {
     if (::stat(path.c_str(), &now) != 0) {
         what = path + " is gone (" + errno_text(errno) + ")";
     } else if (!same(now, identity)) {
-        what = path + " was replaced by another file (inode " +
-               std::to_string(identity.st_ino) + ", now " + std::to_string(now.st_ino) + ")";
+        what = path + " was replaced by another file (inode " + std::to_string(identity.st_ino) +
+               ", now " + std::to_string(now.st_ino) + ")";
     } else if (!have_wal_identity) {
         // The WAL is made by the first write; from then on it must stay the same file.
         have_wal_identity = ::stat((path + "-wal").c_str(), &wal_identity) == 0;
@@ -100,9 +102,11 @@ bool state_store::impl::check_identity(std::string& error) {
     if (what.empty()) {
         return true;
     }
-    broken = "state store " + what + ": what cordon writes now reaches no file a "
+    broken = "state store " + what +
+             ": what cordon writes now reaches no file a "
              "restart reads, so nothing is persisted; restart cordon to open the store "
-             "at " + path + " again";
+             "at " +
+             path + " again";
     error = broken;
     return false;
 }
@@ -281,7 +285,8 @@ bool state_store::kill_timings(std::vector<kill_timing>& out, std::string& error
         t.elapsed_ms = static_cast<double>(st.integer(1)) / 1000;
         t.connections_closed = static_cast<std::uint64_t>(std::max<std::int64_t>(st.integer(2), 0));
         if (!from_ms(st.integer(3), t.at)) {
-            error = "state store " + impl_->path + " has an invalid row (corrupt?): "
+            error = "state store " + impl_->path +
+                    " has an invalid row (corrupt?): "
                     "kill_timings.at_ms out of range";
             return false;
         }
@@ -491,4 +496,3 @@ bool state_store::reserve_used() const {
 }
 
 }  // namespace cordon::proxy::control
-

@@ -27,7 +27,7 @@ struct kill_state {
 /// A kill as measured inside cordon: from the kill call to every connection it cut closed
 /// (kill_outcome::elapsed_ms). The last one of each scope is kept, for the worksheet.
 struct kill_timing {
-    std::string scope;  ///< "network" or "session"
+    std::string scope;      ///< "network" or "session"
     double elapsed_ms = 0;  ///< stored to the microsecond
     std::uint64_t connections_closed = 0;
     common::wall_clock::time_point at{};  ///< when the kill was made

@@ -35,8 +35,8 @@ struct state_store::impl {
     struct stat identity {};
     struct stat wal_identity {};
     bool have_wal_identity = false;
-    std::string broken;      // why the store can never be trusted again in this process
-    std::string last_error;  // the last write's failure; empty after a success
+    std::string broken;       // why the store can never be trusted again in this process
+    std::string last_error;   // the last write's failure; empty after a success
     int last_rc = SQLITE_OK;  // of the last statement run()
     bool reserve_used = false;
     sqlite::connection db;  // declared before the statements: finalized first, closed last

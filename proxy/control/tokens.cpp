@@ -55,5 +55,4 @@ bool equal_constant_time(const secret_hash& a, const secret_hash& b) noexcept {
     return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-
 }  // namespace cordon::proxy::control

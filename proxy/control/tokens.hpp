@@ -29,5 +29,4 @@ secret_hash hash_secret(std::string_view secret);
 bool equal_constant_time(std::string_view a, std::string_view b) noexcept;
 bool equal_constant_time(const secret_hash& a, const secret_hash& b) noexcept;
 
-
 }  // namespace cordon::proxy::control

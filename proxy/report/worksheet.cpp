@@ -119,8 +119,8 @@ section egress(const config::policy& p, const config::job& j) {
         const value methods = r.proto != config::protocol::http ? value{}
                               : r.methods.empty()               ? value{std::string("any")}
                                                                 : value{r.methods};
-        t.rows.push_back({target, ports, std::string(config::to_string(r.proto)), methods,
-                          resolves});
+        t.rows.push_back(
+            {target, ports, std::string(config::to_string(r.proto)), methods, resolves});
     }
     s.rows = std::move(t);
     const bool enforce = j.mode == config::job_mode::enforce;
@@ -164,12 +164,11 @@ section egress(const config::policy& p, const config::job& j) {
         // The URL may itself be a secret (its path or query): only the origin is shown.
         const std::string where = url.value ? url.value->origin() : std::string("(configured)");
         s.facts.push_back({"webhook", "Alert webhook (origin only)", where});
-        s.checks.push_back(tick("webhook", "Denials POSTed to an alert webhook", true,
-                                "alerts.webhook " + where + ", coalesced per session every " +
-                                    config::format_duration(p.alerts.webhook->interval) +
-                                    ", at most " +
-                                    std::to_string(p.alerts.webhook->max_per_minute) +
-                                    " a minute"));
+        s.checks.push_back(
+            tick("webhook", "Denials POSTed to an alert webhook", true,
+                 "alerts.webhook " + where + ", coalesced per session every " +
+                     config::format_duration(p.alerts.webhook->interval) + ", at most " +
+                     std::to_string(p.alerts.webhook->max_per_minute) + " a minute"));
     } else {
         s.facts.push_back({"webhook", "Alert webhook (origin only)", value{}});
         s.checks.push_back(tick("webhook", "Denials POSTed to an alert webhook", false,
@@ -184,8 +183,8 @@ section filesystem(const config::job& j) {
     s.facts.push_back({"scratch", "Scratch (the only writable place)",
                        fs.scratch ? value{*fs.scratch} : value{}});
     s.facts.push_back({"never_write", "Never written", fs.never_write});
-    s.facts.push_back({"landlock", "Landlock",
-                       std::string(fs.landlock_optional ? "optional" : "required")});
+    s.facts.push_back(
+        {"landlock", "Landlock", std::string(fs.landlock_optional ? "optional" : "required")});
     s.checks.push_back(tick(
         "read_only", "Read-only everywhere except scratch", true,
         std::string("cordon run mounts everything read-only in the sandbox's mount namespace, "
@@ -195,11 +194,10 @@ section filesystem(const config::job& j) {
                             fs.scratch ? "a fresh tmpfs at " + *fs.scratch +
                                              ", empty at start, gone when the sandbox ends"
                                        : std::string("no scratch: nothing is writable")));
-    s.checks.push_back(tick("never_write", "Never-write paths refused twice",
-                            !fs.never_write.empty(),
-                            fs.never_write.empty()
-                                ? std::string("no never_write paths in the job card")
-                                : "read-only mount and Landlock: " + join(fs.never_write, ", ")));
+    s.checks.push_back(tick(
+        "never_write", "Never-write paths refused twice", !fs.never_write.empty(),
+        fs.never_write.empty() ? std::string("no never_write paths in the job card")
+                               : "read-only mount and Landlock: " + join(fs.never_write, ", ")));
     return s;
 }
 
@@ -216,9 +214,10 @@ section identity(const config::job& j, const std::optional<running_state>& st) {
     s.checks.push_back(tick("per_instance", "Per-instance identity", true,
                             "each session (cordon run, cordon session create) gets its own "
                             "id and token; nothing is shared between sessions"));
-    s.checks.push_back(tick("short_lived", "Tokens minted at session start, revoked at end", true,
-                            "expire by themselves after " + config::format_duration(id.ttl) +
-                                "; revoked at session end, by a session kill and by cordon token revoke"));
+    s.checks.push_back(
+        tick("short_lived", "Tokens minted at session start, revoked at end", true,
+             "expire by themselves after " + config::format_duration(id.ttl) +
+                 "; revoked at session end, by a session kill and by cordon token revoke"));
     s.checks.push_back(tick("mint_hook", "Credential minted per session by a hook",
                             id.mint.has_value(),
                             id.mint ? "identity.mint runs at session start; never logged"
@@ -228,33 +227,33 @@ section identity(const config::job& j, const std::optional<running_state>& st) {
                             id.revoke ? "identity.revoke runs at session end and on a kill"
                                       : std::string("no identity.revoke in the job card")));
     const bool refused = j.env_allow_long_lived.empty();
-    s.checks.push_back(tick("long_lived_refused", "Long-lived keys refused", refused,
-                            refused ? "cordon run refuses to start when a passed variable "
-                                      "looks like a long-lived key"
-                                    : "passed anyway (allow_long_lived): " +
-                                          join(j.env_allow_long_lived, ", ")));
+    s.checks.push_back(
+        tick("long_lived_refused", "Long-lived keys refused", refused,
+             refused ? "cordon run refuses to start when a passed variable "
+                       "looks like a long-lived key"
+                     : "passed anyway (allow_long_lived): " + join(j.env_allow_long_lived, ", ")));
     return s;
 }
 
 section kill_switch(const config::policy& p, const std::optional<running_state>& st) {
     section s{"kill_switch", "5. Kill switch", {}, {}, {}};
-    s.rows = table{{"layer", "command", "effect"},
-                   {"Layer", "Command", "Effect"},
-                   {{std::string("network kill"), std::string("cordon kill --all --reason R"),
-                     std::string("every connection of every session closed; all egress and DNS "
-                                 "refused until cordon revive --reason R")},
-                    {std::string("session kill"), std::string("cordon kill SESSION --reason R"),
-                     std::string("the session's connections closed, its tokens revoked for "
-                                 "good; cordon run kills its process tree")},
-                    {std::string("credential kill"),
-                     std::string("cordon token revoke SESSION [TOKEN_ID]"),
-                     std::string("the token refused and its connections closed; identity."
-                                 "revoke runs")},
-                    {std::string("firewall kill"),
-                     std::string("cordon firewall --policy FILE --sandbox-cidr C --apply --kill"),
-                     std::string("the host's nftables drop every packet from the sandboxes, "
-                                 "cordon included; holds even when cordon is down "
-                                 "(docs/deploy.md)")}}};
+    s.rows = table{
+        {"layer", "command", "effect"},
+        {"Layer", "Command", "Effect"},
+        {{std::string("network kill"), std::string("cordon kill --all --reason R"),
+          std::string("every connection of every session closed; all egress and DNS "
+                      "refused until cordon revive --reason R")},
+         {std::string("session kill"), std::string("cordon kill SESSION --reason R"),
+          std::string("the session's connections closed, its tokens revoked for "
+                      "good; cordon run kills its process tree")},
+         {std::string("credential kill"), std::string("cordon token revoke SESSION [TOKEN_ID]"),
+          std::string("the token refused and its connections closed; identity."
+                      "revoke runs")},
+         {std::string("firewall kill"),
+          std::string("cordon firewall --policy FILE --sandbox-cidr C --apply --kill"),
+          std::string("the host's nftables drop every packet from the sandboxes, "
+                      "cordon included; holds even when cordon is down "
+                      "(docs/deploy.md)")}}};
     s.facts.push_back({"stop_authority", "Stop authority", p.kill.stop_authority});
     s.facts.push_back({"max_stop_seconds", "Promised stop time (max_stop_seconds)",
                        std::int64_t{p.kill.max_stop_seconds}});
@@ -286,8 +285,8 @@ section kill_switch(const config::policy& p, const std::optional<running_state>&
         const bool one = empty.size() == 1;
         const std::string which = join(empty, " and ") + (one ? " kill" : " kills");
         if (empty.size() == st->kills.size()) {
-            within_why = "last " + which + " closed no connection: nothing measured (" +
-                         measured + ")";
+            within_why = "last " + which + " closed no connection: nothing measured (" + measured +
+                         ")";
         } else {
             within = !beyond;
             within_why = measured +
@@ -301,21 +300,19 @@ section kill_switch(const config::policy& p, const std::optional<running_state>&
     s.facts.push_back({"last_measured", "Last measured stop-to-stopped", measured});
     if (st) {
         s.facts.push_back({"network_kill_now", "Network kill now",
-                           st->network_killed ? "ENGAGED: " + st->kill_reason + " (by " +
-                                                    st->kill_by + ")"
-                                              : std::string("not engaged")});
+                           st->network_killed
+                               ? "ENGAGED: " + st->kill_reason + " (by " + st->kill_by + ")"
+                               : std::string("not engaged")});
     }
-    s.checks.push_back(tick("stop_authority", "People with stop authority named",
-                            !p.kill.stop_authority.empty(),
-                            p.kill.stop_authority.empty()
-                                ? std::string("kill.stop_authority is empty")
-                                : join(p.kill.stop_authority, ", ")));
-    s.checks.push_back(tick("measured_within_promise",
-                            "Measured stop time within " +
-                                std::to_string(p.kill.max_stop_seconds) + " s",
-                            within, within_why));
-    s.checks.push_back(tick("kills_persist", "Kills survive a restart",
-                            st && st->state_store_ok,
+    s.checks.push_back(
+        tick("stop_authority", "People with stop authority named", !p.kill.stop_authority.empty(),
+             p.kill.stop_authority.empty() ? std::string("kill.stop_authority is empty")
+                                           : join(p.kill.stop_authority, ", ")));
+    s.checks.push_back(
+        tick("measured_within_promise",
+             "Measured stop time within " + std::to_string(p.kill.max_stop_seconds) + " s", within,
+             within_why));
+    s.checks.push_back(tick("kills_persist", "Kills survive a restart", st && st->state_store_ok,
                             !st ? std::string(no_state)
                             : st->state_store_ok
                                 ? "kept in the state store under " + p.state.path
@@ -337,8 +334,9 @@ section audit(const config::policy& p, const config::job& j,
         logged.push_back("would_deny on conn.open and dns.query: what enforce mode would refuse");
     }
     s.facts.push_back({"logged", "What is logged", logged});
-    s.facts.push_back({"path", "Where", p.audit.path + "/cordon-YYYY-MM-DD.jsonl (JSON lines, "
-                                                       "one file a day)"});
+    s.facts.push_back({"path", "Where",
+                       p.audit.path + "/cordon-YYYY-MM-DD.jsonl (JSON lines, "
+                                      "one file a day)"});
     s.facts.push_back({"retention_days", "Retention (days)", std::int64_t{p.audit.retention_days}});
     s.checks.push_back(tick("secrets_redacted", "Secrets redacted before writing", true,
                             "tokens, credentials, Authorization values and secret-looking query "
@@ -346,7 +344,7 @@ section audit(const config::policy& p, const config::job& j,
     s.checks.push_back(tick("fail_closed", "Fails closed when the log cannot be written", true,
                             "requests and DNS queries are refused (audit_unavailable)"));
     s.checks.push_back(tick("writable_now", "Audit log writable now", st && st->audit_healthy,
-                            !st                ? std::string(no_state)
+                            !st                 ? std::string(no_state)
                             : st->audit_healthy ? "the running cordon writes it"
                                                 : std::string("the running cordon cannot write "
                                                               "it: it refuses traffic")));

@@ -18,8 +18,8 @@
 namespace cordon::proxy::report {
 
 /// A value of a fact or a table cell: nothing, text, a whole number, a number, a flag, a list.
-using value = std::variant<std::monostate, std::string, std::int64_t, double, bool,
-                           std::vector<std::string>>;
+using value =
+    std::variant<std::monostate, std::string, std::int64_t, double, bool, std::vector<std::string>>;
 
 /// One named fact ("TTL: 30m"). `key` is the JSON name, `label` the human one.
 struct fact {
@@ -61,7 +61,7 @@ struct running_state {
     bool audit_healthy = false;
     bool state_store_ok = false;
     std::vector<control::kill_timing> kills;  ///< the last measured kill of each scope
-    std::size_t active_sessions = 0;  ///< of this job
+    std::size_t active_sessions = 0;          ///< of this job
 };
 
 /// Where the policy came from and when the worksheet was made.

@@ -125,8 +125,8 @@ std::string to_markdown(const model& m) {
         out += "**" + text(m.notice) + "**\n\n";
     }
     out += "# Containment worksheet: " + code(m.job) + "\n\n";
-    out += "Policy " + code(m.policy_source) + ", job " + code(m.job) + ", mode " +
-           text(m.mode) + "; generated " + text(m.generated_at) + "; running state: " +
+    out += "Policy " + code(m.policy_source) + ", job " + code(m.job) + ", mode " + text(m.mode) +
+           "; generated " + text(m.generated_at) + "; running state: " +
            (m.state_source.empty() ? std::string("not read (no running cordon)")
                                    : text(m.state_source)) +
            ".\n";
@@ -158,8 +158,7 @@ std::string to_markdown(const model& m) {
                     for (std::size_t i = 0; i < row.size(); ++i) {
                         const bool as_code = i < t.keys.size() && code_column(t.keys[i]);
                         const bool empty = std::holds_alternative<std::monostate>(row[i]);
-                        out += " " + (empty ? std::string("-") : md_value(row[i], as_code)) +
-                               " |";
+                        out += " " + (empty ? std::string("-") : md_value(row[i], as_code)) + " |";
                     }
                     out += "\n";
                 }
@@ -202,15 +201,15 @@ std::string to_json(const model& m) {
         o["checks"] = std::move(checks);
         sections[s.key] = std::move(o);
     }
-    json::object root{{"job", m.job},
-                      {"mode", m.mode},
-                      {"enforced", m.enforced},
-                      {"notice", m.notice.empty() ? json::value() : json::value(m.notice)},
-                      {"policy_source", m.policy_source},
-                      {"generated_at", m.generated_at},
-                      {"state_source",
-                       m.state_source.empty() ? json::value() : json::value(m.state_source)},
-                      {"sections", std::move(sections)}};
+    json::object root{
+        {"job", m.job},
+        {"mode", m.mode},
+        {"enforced", m.enforced},
+        {"notice", m.notice.empty() ? json::value() : json::value(m.notice)},
+        {"policy_source", m.policy_source},
+        {"generated_at", m.generated_at},
+        {"state_source", m.state_source.empty() ? json::value() : json::value(m.state_source)},
+        {"sections", std::move(sections)}};
     return json::serialize(root) + "\n";
 }
 

@@ -1,6 +1,7 @@
-// Fuzzes what the audit log writes from hostile bytes (proxy/audit/audit.hpp, common/json_string.hpp):
-// request targets, host names, SNI and tool arguments reach these as they came. The input is
-// split (first byte) into a field name and a value. Checked, any violation traps:
+// Fuzzes what the audit log writes from hostile bytes (proxy/audit/audit.hpp,
+// common/json_string.hpp): request targets, host names, SNI and tool arguments reach these as they
+// came. The input is split (first byte) into a field name and a value. Checked, any violation
+// traps:
 //  - both escaper forms are valid JSON strings; they decode to the same text; that text is
 //    the input when the input is valid UTF-8; the ASCII form is printable ASCII;
 //  - an audit record with the name and value (added twice, then beside a url field, an
@@ -15,8 +16,8 @@
 
 #include <boost/json.hpp>
 
-#include "common/time.hpp"
 #include "common/json_string.hpp"
+#include "common/time.hpp"
 #include "common/utf8.hpp"
 #include "proxy/audit/audit.hpp"
 #include "proxy/audit/redact.hpp"
@@ -75,11 +76,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const boost::json::object& o = v.as_object();
     check(o.begin() != o.end() && o.begin()->key() == "ts", "ts comes first", size);
     check(o.contains("event") && o.at("event") == "e", "event is kept", size);
-    const std::string k = decoded([&] {
-        std::string q;
-        cordon::common::append_json_string(q, key);
-        return q;
-    }(), size);
+    const std::string k = decoded(
+        [&] {
+            std::string q;
+            cordon::common::append_json_string(q, key);
+            return q;
+        }(),
+        size);
     const bool reserved = key == "ts" || key == "event";
     std::size_t want = 5;  // ts, event, target, n, z
     if (!reserved && k != "target" && k != "n" && k != "z") {

@@ -23,16 +23,15 @@ void check(bool ok, const char* what, std::size_t size) {
 }
 
 bool same(const hello_result& a, const hello_result& b) {
-    return a.status == b.status && a.sni == b.sni && a.error == b.error &&
-           a.consumed == b.consumed;
+    return a.status == b.status && a.sni == b.sni && a.error == b.error && a.consumed == b.consumed;
 }
 
 void check_shape(const hello_result& r, std::span<const std::uint8_t> in) {
     const std::size_t n = in.size();
     switch (r.status) {
         case hello_status::need_more:
-            check(r.sni.empty() && r.error.empty() && r.consumed == 0,
-                  "need_more carries nothing", n);
+            check(r.sni.empty() && r.error.empty() && r.consumed == 0, "need_more carries nothing",
+                  n);
             break;
         case hello_status::ok: {
             check(!r.sni.empty() && r.sni.size() <= 255, "ok has a 1..255 byte sni", n);
@@ -56,8 +55,7 @@ void check_shape(const hello_result& r, std::span<const std::uint8_t> in) {
             check(!r.error.empty() && r.error.size() < 256, "an error says why, briefly", n);
             check(r.sni.empty() && r.consumed == 0, "an error carries no sni or consumed", n);
             break;
-        default:
-            check(false, "status is one of the five", n);
+        default: check(false, "status is one of the five", n);
     }
     if (r.status == hello_status::not_tls) {
         check(n > 0 && in[0] != 22, "not_tls only for a first byte other than 22", n);
@@ -97,8 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_prefix(in, whole.consumed, whole);
         check(parse_client_hello(in.first(whole.consumed)).status == whole.status,
               "the consumed bytes alone give the same result", size);
-        check(parse_client_hello(in.first(whole.consumed - 1)).status ==
-                  hello_status::need_more,
+        check(parse_client_hello(in.first(whole.consumed - 1)).status == hello_status::need_more,
               "one byte short of consumed is need_more", size);
     }
 

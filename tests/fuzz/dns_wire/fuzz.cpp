@@ -59,8 +59,7 @@ void check_query(bytes in) {
     check(q.q.name.empty() || (q.q.name.front() != '.' && q.q.name.back() != '.'),
           "no leading or trailing dot", in);
     for (const char c : q.q.name) {
-        check((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-                  c == '.',
+        check((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.',
               "names are lower-case [a-z0-9-_.]", in);
     }
     check(q.q.name.find("..") == std::string::npos, "no empty label", in);
@@ -147,10 +146,9 @@ void check_sanitize(bytes in) {
     for (const auto* section : {&b->answers, &b->authority}) {
         for (const record& r : *section) {
             check(r.ttl <= 3600 && r.ttl >= c->min_ttl, "TTLs clamped, min_ttl the lowest", in);
-            check(r.name == a->q.name || std::any_of(a->answers.begin(), a->answers.end(),
-                                                     [&r](const record& x) {
-                                                         return x.target == r.name;
-                                                     }) ||
+            check(r.name == a->q.name ||
+                      std::any_of(a->answers.begin(), a->answers.end(),
+                                  [&r](const record& x) { return x.target == r.name; }) ||
                       r.type == type_soa,
                   "only the question's name and the chain's", in);
         }

@@ -84,7 +84,8 @@ void fuzz_head(std::string_view text, const field_filter& f) {
     check(from_fields == from_lines, "fields and lines filter alike", text.size());
 
     field_list out;
-    for_each_field(from_lines, [&](std::string_view n, std::string_view v) { out.emplace_back(n, v); });
+    for_each_field(from_lines,
+                   [&](std::string_view n, std::string_view v) { out.emplace_back(n, v); });
     std::size_t at = 0;
     for (const auto& [n, v] : out) {
         const bool upgrade = f.keep_upgrade && ascii_iequals(n, "upgrade");
@@ -120,8 +121,7 @@ void fuzz_head(std::string_view text, const field_filter& f) {
     again.put(boost::asio::buffer(head.data(), head.size()), ec2);
     if (!ec2 && again.is_header_done()) {
         check(again.chunked() == p.chunked(), "same chunked framing", text.size());
-        check(again.content_length() == p.content_length(), "same Content-Length",
-              text.size());
+        check(again.content_length() == p.content_length(), "same Content-Length", text.size());
     }
 }
 
@@ -146,8 +146,7 @@ void fuzz_prefix(std::string_view text) {
     p.eager(false);
     boost::system::error_code ec;
     const std::size_t used = p.put(boost::asio::buffer(head.data(), head.size()), ec);
-    if (!ec && p.is_header_done() && used == head.size() &&
-        p.get().method_string().size() <= 64) {
+    if (!ec && p.is_header_done() && used == head.size() && p.get().method_string().size() <= 64) {
         check(head_prefix_refusal(head, 0).empty(), "a head Beast accepts is never refused",
               text.size());
     }

@@ -103,8 +103,7 @@ void fuzz_uri(std::string_view text) {
     check(t.origin_form.starts_with('/'), "origin-form starts with /", n);
     check(t.origin_form.find('#') == std::string::npos, "no fragment", n);
     check(!t.authority.empty(), "a URI has an authority", n);
-    check(t.authority.find_first_of("@/?#") == std::string::npos, "authority is host[:port]",
-          n);
+    check(t.authority.find_first_of("@/?#") == std::string::npos, "authority is host[:port]", n);
 
     // The URI writes back to the input: scheme, authority as written, then the path, with
     // "/" added before a bare query or for an empty path.

@@ -63,8 +63,8 @@ TEST_CASE("json_string: code points in the ASCII form", "[json_string]") {
     CHECK(quoted("plain", true) == "\"plain\"");
     CHECK(quoted("\xc3\xa9", true) == "\"\\u00e9\"");
     CHECK(quoted("\xef\xbf\xbf", true) == "\"\\uffff\"");
-    CHECK(quoted("\xf0\x90\x80\x80", true) == "\"\\ud800\\udc00\"");  // U+10000
-    CHECK(quoted("\xf4\x8f\xbf\xbf", true) == "\"\\udbff\\udfff\"");  // U+10FFFF
+    CHECK(quoted("\xf0\x90\x80\x80", true) == "\"\\ud800\\udc00\"");                // U+10000
+    CHECK(quoted("\xf4\x8f\xbf\xbf", true) == "\"\\udbff\\udfff\"");                // U+10FFFF
     CHECK(quoted("\xf4\x90\x80\x80", true) == "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // too high
     CHECK(quoted("\xe2\x80\xa9", true) == "\"\\u2029\"");
     CHECK(decoded(quoted("\xf0\x9f\x98\x80", true)) == "\xf0\x9f\x98\x80");
@@ -90,14 +90,14 @@ TEST_CASE("json_string: single characters in the ASCII form", "[json_string]") {
         {" ", " "},
         {"~", "~"},
         {"\x7f", "\\u007f"},
-        {"\x80", "\\ufffd"},                    // a stray continuation byte
+        {"\x80", "\\ufffd"},  // a stray continuation byte
         {"\xff", "\\ufffd"},
-        {"\xc3", "\\ufffd"},                    // truncated
-        {"\xc0\xaf", "\\ufffd\\ufffd"},          // overlong '/'
+        {"\xc3", "\\ufffd"},                        // truncated
+        {"\xc0\xaf", "\\ufffd\\ufffd"},             // overlong '/'
         {"\xed\xa0\x80", "\\ufffd\\ufffd\\ufffd"},  // a surrogate
-        {"\xc3\xa9", "\\u00e9"},                // é
-        {"\xe2\x82\xac", "\\u20ac"},            // €
-        {"\xf0\x9f\x98\x80", "\\ud83d\\ude00"},  // U+1F600: a surrogate pair
+        {"\xc3\xa9", "\\u00e9"},                    // é
+        {"\xe2\x82\xac", "\\u20ac"},                // €
+        {"\xf0\x9f\x98\x80", "\\ud83d\\ude00"},     // U+1F600: a surrogate pair
         {"a\"b\\c\nd", "a\\\"b\\\\c\\nd"},
         {"\xe2\x80\xa8", "\\u2028"},
     }));
@@ -154,8 +154,8 @@ TEST_CASE("json_string: one special byte anywhere in plain text, word boundaries
             std::string s = plain;
             s[at] = static_cast<char>(b);
             const std::string want = "\"" + plain.substr(0, at) +
-                                     alone(static_cast<unsigned char>(b)) +
-                                     plain.substr(at + 1) + "\"";
+                                     alone(static_cast<unsigned char>(b)) + plain.substr(at + 1) +
+                                     "\"";
             INFO("byte " << b << " at " << at);
             REQUIRE(quoted(s, false) == want);
         }

@@ -62,7 +62,10 @@ TEST_CASE("utf8: invalid sequences and their maximal subparts", "[utf8]") {
     };
     const auto c = GENERATE(values<bad>({
         {"stray continuation", "\x80", 1},
-        {"stray continuation before ASCII", "\xbf" "a", 1},
+        {"stray continuation before ASCII",
+         "\xbf"
+         "a",
+         1},
         {"0xff", "\xff", 1},
         {"0xfe", "\xfe", 1},
         {"overlong 2-byte '/'", "\xc0\xaf", 1},
@@ -81,7 +84,10 @@ TEST_CASE("utf8: invalid sequences and their maximal subparts", "[utf8]") {
         {"truncated 3-byte after 1", "\xe2", 1},
         {"truncated 3-byte after 2", "\xe2\x82", 2},
         {"truncated 4-byte after 3", "\xf0\x9f\x98", 3},
-        {"truncated 3-byte before ASCII", "\xe2\x82" "a", 2},
+        {"truncated 3-byte before ASCII",
+         "\xe2\x82"
+         "a",
+         2},
         {"truncated 4-byte before a new lead", "\xf0\x9f\xc3\xa9", 2},
     }));
     INFO(c.name);

@@ -437,14 +437,12 @@ TEST_CASE("classify: a sweep keeps every range holding its address", "[classify]
     }
 }
 
-TEST_CASE("reaches_this_host: loopback and the unspecified range, in every form",
-          "[classify]") {
+TEST_CASE("reaches_this_host: loopback and the unspecified range, in every form", "[classify]") {
     // Linux connects 0.0.0.0 (and :: to ::1) to this host: the self-connect guard must see
     // them, however the client writes them (issue 17: CONNECT 0.0.0.0:ADMIN_PORT).
     for (const char* s : {"0.0.0.0", "0.0.0.1", "0.255.255.255", "127.0.0.1", "127.9.8.7", "::",
-                          "::1", "::ffff:0.0.0.0", "::ffff:127.0.0.1", "::0.0.0.0",
-                          "::127.0.0.1", "64:ff9b::", "64:ff9b::7f00:1", "2002::",
-                          "2002:7f00:1::"}) {
+                          "::1", "::ffff:0.0.0.0", "::ffff:127.0.0.1", "::0.0.0.0", "::127.0.0.1",
+                          "64:ff9b::", "64:ff9b::7f00:1", "2002::", "2002:7f00:1::"}) {
         INFO(s);
         CHECK(reaches_this_host(ip(s)));
     }

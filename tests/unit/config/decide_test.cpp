@@ -115,7 +115,7 @@ TEST_CASE("decision table: (host, port, protocol) -> decision", "[decide]") {
         {"203.0.113.7", 22, C, "", ok, 6},
         {"203.0.113.7", 23, C, "", R::port, 6},
         {"203.0.113.7", 22, H, "GET", R::protocol, 6},
-        {"203.0.114.7", 22, C, "", R::port, 8}  /* only 0/0 */,
+        {"203.0.114.7", 22, C, "", R::port, 8} /* only 0/0 */,
         {"10.1.2.3", 5432, C, "", ok, 7},
         {"10.2.2.3", 5432, C, "", R::private_address, -1},
         {"10.1.2.3", 5433, C, "", R::port, 7},
@@ -141,7 +141,7 @@ TEST_CASE("decision table: (host, port, protocol) -> decision", "[decide]") {
         {"127.0.0.1", 22, C, "", R::private_address, -1},
         {"[::1]", 443, C, "", R::private_address, -1},
         {"[::ffff:127.0.0.1]", 22, C, "", R::private_address, -1},
-        {"[::ffff:203.0.113.7]", 22, C, "", ok, 6},  // mapped is the IPv4 address
+        {"[::ffff:203.0.113.7]", 22, C, "", ok, 6},                 // mapped is the IPv4 address
         {"[64:ff9b::7f00:1]", 443, C, "", R::private_address, -1},  // NAT64 of loopback
         {"[2002:7f00:1::]", 443, C, "", R::private_address, -1},    // 6to4 of loopback
         {"[fe80::1]", 443, C, "", R::private_address, -1},
@@ -235,17 +235,16 @@ TEST_CASE("check_addresses: resolution into non-public ranges", "[decide]") {
         CHECK(check(wiki, {ip("::ffff:10.20.0.5")}) == deny_reason::none);
     }
     SECTION("a rule without resolves_to refuses every non-public address") {
-        for (const char* s : {"127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.0.1",
-                              "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "fe80::1",
-                              "fd00::1", "64:ff9b::a00:1", "2002:a00:1::", "::ffff:127.0.0.1",
-                              "255.255.255.255", "224.0.0.251", "192.0.2.1"}) {
+        for (const char* s :
+             {"127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.0.1", "169.254.169.254", "100.64.0.1",
+              "0.0.0.0", "::1", "fe80::1", "fd00::1", "64:ff9b::a00:1",
+              "2002:a00:1::", "::ffff:127.0.0.1", "255.255.255.255", "224.0.0.251", "192.0.2.1"}) {
             INFO(s);
             CHECK(check(api, {ip(s)}) == deny_reason::private_address);
         }
     }
     SECTION("one refused address refuses the whole answer") {
-        CHECK(check(api, {ip("93.184.216.34"), ip("127.0.0.1")}) ==
-              deny_reason::private_address);
+        CHECK(check(api, {ip("93.184.216.34"), ip("127.0.0.1")}) == deny_reason::private_address);
         CHECK(check(wiki, {ip("10.20.0.1"), ip("10.30.0.1")}) == deny_reason::private_address);
     }
     SECTION("a denial passes through unchanged") {
@@ -324,19 +323,19 @@ TEST_CASE("decide_dns: a job resolves the names of its rules and nothing else", 
     };
     using R = deny_reason;
     const std::vector<row> table{
-        {"api.example.com", R::none, 0},            // exact wins over the wildcard
-        {"API.EXAMPLE.COM.", R::none, 0},           // case and one trailing dot
-        {"www.example.com", R::none, 1},            // below a wildcard, any port or protocol
+        {"api.example.com", R::none, 0},   // exact wins over the wildcard
+        {"API.EXAMPLE.COM.", R::none, 0},  // case and one trailing dot
+        {"www.example.com", R::none, 1},   // below a wildcard, any port or protocol
         {"a.b.c.example.com", R::none, 1},
-        {"img.cdn.example.com", R::none, 2},        // the longest wildcard suffix
-        {"example.com", R::no_rule, -1},            // never the apex of a wildcard
+        {"img.cdn.example.com", R::none, 2},  // the longest wildcard suffix
+        {"example.com", R::no_rule, -1},      // never the apex of a wildcard
         {"badexample.com", R::no_rule, -1},
-        {"raw.example.org", R::none, 3},            // tcp rules name hosts too
+        {"raw.example.org", R::none, 3},  // tcp rules name hosts too
         {"wiki.corp.example", R::none, 4},
-        {"xn--mnchen-3ya.de", R::none, 11},         // IDN as its A-label
+        {"xn--mnchen-3ya.de", R::none, 11},  // IDN as its A-label
         {"localhost", R::none, 13},
         {"exfil-4f2a.attacker.example", R::no_rule, -1},
-        {"203.0.113.7", R::bad_request, -1},        // addresses are not names to resolve
+        {"203.0.113.7", R::bad_request, -1},  // addresses are not names to resolve
         {"2130706433", R::bad_request, -1},
         {"api..example.com", R::bad_request, -1},
         {"ex_ample.com", R::bad_request, -1},

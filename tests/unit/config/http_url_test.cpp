@@ -28,8 +28,7 @@ TEST_CASE("http_url: valid URLs", "[http_url]") {
          "http://alerts.example.com", "alerts.example.com"},
         {"https://[::1]:9443/x", true, "::1", 9443, "/x", "https://[::1]:9443", "[::1]:9443"},
         {"https://[::1]/", true, "::1", 443, "/", "https://[::1]", "[::1]"},
-        {"http://h.example?q=1", false, "h.example", 80, "/?q=1", "http://h.example",
-         "h.example"},
+        {"http://h.example?q=1", false, "h.example", 80, "/?q=1", "http://h.example", "h.example"},
         {"http://h.example:80/a", false, "h.example", 80, "/a", "http://h.example", "h.example"},
     };
     for (const auto& r : rows) {

@@ -21,16 +21,11 @@ namespace {
 
 std::string kind_name(literal_kind k) {
     switch (k) {
-        case literal_kind::not_ip:
-            return "not_ip";
-        case literal_kind::ipv4:
-            return "ipv4";
-        case literal_kind::ipv6:
-            return "ipv6";
-        case literal_kind::non_canonical:
-            return "non_canonical";
-        case literal_kind::invalid:
-            return "invalid";
+        case literal_kind::not_ip: return "not_ip";
+        case literal_kind::ipv4: return "ipv4";
+        case literal_kind::ipv6: return "ipv6";
+        case literal_kind::non_canonical: return "non_canonical";
+        case literal_kind::invalid: return "invalid";
     }
     return "?";
 }

@@ -51,9 +51,7 @@ std::string with_rule(std::string_view s) {
     return with_job("    egress:\n      - " + std::string(s));
 }
 
-load_result load(std::string_view text) {
-    return load_policy(text, "test.yaml");
-}
+load_result load(std::string_view text) { return load_policy(text, "test.yaml"); }
 
 std::string dump(const load_result& r) {
     std::string out;
@@ -130,9 +128,7 @@ void check_valid(const std::vector<std::pair<std::string, std::string>>& cases) 
     }
 }
 
-std::vector<std::uint16_t> ports(std::initializer_list<std::uint16_t> p) {
-    return p;
-}
+std::vector<std::uint16_t> ports(std::initializer_list<std::uint16_t> p) { return p; }
 
 std::vector<std::string> cidr_strings(const std::vector<cidr>& v) {
     std::vector<std::string> out;
@@ -410,8 +406,8 @@ TEST_CASE("load: the shipped examples load without errors", "[load]") {
 
 TEST_CASE("load: values at the edges of their ranges load", "[load]") {
     const std::string label63(63, 'a');
-    const std::string name253 =
-        label63 + "." + label63 + "." + label63 + "." + std::string(61, 'b');  // 253 characters
+    const std::string name253 = label63 + "." + label63 + "." + label63 + "." +
+                                std::string(61, 'b');  // 253 characters
     REQUIRE(name253.size() == 253);
     check_valid({
         {"ports 1 and 65535", with_rule("{ host: a.com, ports: [65535, 1] }")},
@@ -817,8 +813,8 @@ TEST_CASE("load: host patterns", "[load]") {
     const std::string p = "jobs.j.egress[0].host";
     const std::string label64(64, 'x');
     const std::string label63(63, 'a');
-    const std::string name254 =
-        label63 + "." + label63 + "." + label63 + "." + std::string(62, 'b');
+    const std::string name254 = label63 + "." + label63 + "." + label63 + "." +
+                                std::string(62, 'b');
     REQUIRE(name254.size() == 254);
     check_cases({
         {"'*' inside a label", with_rule("{ host: \"a*.b.com\", ports: [443] }"), 6, 17, p,
@@ -961,8 +957,8 @@ TEST_CASE("load: protocol and methods", "[load]") {
          r + ".protocol", "must not be empty"},
     });
     SECTION("an unknown protocol with methods gives both errors") {
-        const load_result res =
-            load(with_rule("{ host: a.com, ports: [443], protocol: udp, methods: [GET] }"));
+        const load_result res = load(
+            with_rule("{ host: a.com, ports: [443], protocol: udp, methods: [GET] }"));
         INFO(dump(res));
         REQUIRE(res.errors.size() == 2);
         CHECK_THAT(res.errors[0].message, StartsWith(r + ".protocol: unknown protocol 'udp'"));
@@ -1010,17 +1006,16 @@ TEST_CASE("load: rules that open the unspecified range are refused", "[load]") {
          "0.1.2.3/32 opens the unspecified range 0.0.0.0/8"},
         {"::/128", with_rule("{ cidr: \"::/128\", ports: [22], protocol: tcp }"), 6, 17, c,
          "::/128 opens the unspecified range ::/128"},
-        {"IPv4-compatible ::/104", with_rule("{ cidr: \"::/104\", ports: [22], protocol: tcp }"),
-         6, 17, c, "::/104 opens the unspecified range ::/104"},
-        {"NAT64 of 0.0.0.0",
-         with_rule("{ cidr: \"64:ff9b::/128\", ports: [22], protocol: tcp }"), 6, 17, c,
-         "64:ff9b::/128 opens the unspecified range 64:ff9b::/128"},
+        {"IPv4-compatible ::/104", with_rule("{ cidr: \"::/104\", ports: [22], protocol: tcp }"), 6,
+         17, c, "::/104 opens the unspecified range ::/104"},
+        {"NAT64 of 0.0.0.0", with_rule("{ cidr: \"64:ff9b::/128\", ports: [22], protocol: tcp }"),
+         6, 17, c, "64:ff9b::/128 opens the unspecified range 64:ff9b::/128"},
         {"resolves_to 0.0.0.0/32",
          with_rule("{ host: a.com, ports: [443], resolves_to: [0.0.0.0/32] }"), 6, 52, r + "[0]",
          "0.0.0.0/32 opens the unspecified range 0.0.0.0/32"},
         {"resolves_to ::/128",
-         with_rule("{ host: a.com, ports: [443], resolves_to: [10.0.0.0/8, \"::/128\"] }"), 6,
-         64, r + "[1]", "::/128 opens the unspecified range ::/128"},
+         with_rule("{ host: a.com, ports: [443], resolves_to: [10.0.0.0/8, \"::/128\"] }"), 6, 64,
+         r + "[1]", "::/128 opens the unspecified range ::/128"},
     });
     // Wider prefixes never open it (classify: their range is not inside it): still valid.
     check_valid({
@@ -1044,8 +1039,8 @@ std::string with_rules(std::initializer_list<std::string_view> rules) {
 
 TEST_CASE("load: warnings for rules an earlier rule shadows", "[load]") {
     SECTION("a tls and a tcp rule for the same host and port: the second never matches") {
-        const load_result r = load(with_rules({"{ host: a.com, ports: [443] }",
-                                               "{ host: a.com, ports: [443], protocol: tcp }"}));
+        const load_result r = load(with_rules(
+            {"{ host: a.com, ports: [443] }", "{ host: a.com, ports: [443], protocol: tcp }"}));
         INFO(dump(r));
         REQUIRE(r.ok());
         REQUIRE(r.warnings.size() == 1);
@@ -1057,9 +1052,9 @@ TEST_CASE("load: warnings for rules an earlier rule shadows", "[load]") {
               "wins)");
     }
     SECTION("some ports only") {
-        const load_result r =
-            load(with_rules({"{ host: \"*.a.com\", ports: [443, 8443], protocol: tcp }",
-                             "{ host: \"*.a.com\", ports: [80, 443, 8443] }"}));
+        const load_result r = load(
+            with_rules({"{ host: \"*.a.com\", ports: [443, 8443], protocol: tcp }",
+                        "{ host: \"*.a.com\", ports: [80, 443, 8443] }"}));
         REQUIRE(r.ok());
         REQUIRE(r.warnings.size() == 1);
         CHECK_THAT(r.warnings[0].message,
@@ -1067,21 +1062,21 @@ TEST_CASE("load: warnings for rules an earlier rule shadows", "[load]") {
                               "jobs.j.egress[0] (*.a.com:443,8443/tcp, line 6)"));
     }
     SECTION("several earlier rules together") {
-        const load_result r = load(with_rules(
-            {"{ cidr: 10.0.0.0/8, ports: [22], protocol: tcp }",
-             "{ cidr: 10.0.0.0/8, ports: [23], protocol: tcp }",
-             "{ cidr: 10.0.0.0/8, ports: [22, 23], protocol: tcp }"}));
+        const load_result r = load(
+            with_rules({"{ cidr: 10.0.0.0/8, ports: [22], protocol: tcp }",
+                        "{ cidr: 10.0.0.0/8, ports: [23], protocol: tcp }",
+                        "{ cidr: 10.0.0.0/8, ports: [22, 23], protocol: tcp }"}));
         REQUIRE(r.ok());
         REQUIRE(r.warnings.size() == 1);
         CHECK(r.warnings[0].line == 8);
         CHECK_THAT(r.warnings[0].message, StartsWith("jobs.j.egress[2]: never matches"));
     }
     SECTION("http rules: by method") {
-        const load_result r = load(with_rules(
-            {"{ host: a.com, ports: [80], protocol: http, methods: [GET, POST] }",
-             "{ host: a.com, ports: [80], protocol: http, methods: [GET] }",
-             "{ host: a.com, ports: [80], protocol: http }",
-             "{ host: a.com, ports: [80], protocol: http, methods: [PUT] }"}));
+        const load_result r = load(
+            with_rules({"{ host: a.com, ports: [80], protocol: http, methods: [GET, POST] }",
+                        "{ host: a.com, ports: [80], protocol: http, methods: [GET] }",
+                        "{ host: a.com, ports: [80], protocol: http }",
+                        "{ host: a.com, ports: [80], protocol: http, methods: [PUT] }"}));
         REQUIRE(r.ok());
         // [GET] is inside [GET, POST]; "any" is not; [PUT] is inside "any" (line 8).
         REQUIRE(r.warnings.size() == 2);
@@ -1444,10 +1439,9 @@ TEST_CASE("load: a client address belongs to one job", "[load]") {
          4, 3, "jobs.b.sources", "fd00::/8 overlaps fd00::/8 of job a"},
     });
     SECTION("three jobs with one prefix: every pair") {
-        const load_result r = load(head +
-                                   "  a: { task: t, sources: [10.0.0.0/8] }\n"
-                                   "  b: { task: t, sources: [10.0.0.0/8] }\n"
-                                   "  c: { task: t, sources: [10.0.0.0/8] }\n");
+        const load_result r = load(head + "  a: { task: t, sources: [10.0.0.0/8] }\n"
+                                          "  b: { task: t, sources: [10.0.0.0/8] }\n"
+                                          "  c: { task: t, sources: [10.0.0.0/8] }\n");
         INFO(dump(r));
         REQUIRE(r.errors.size() == 3);
         CHECK(r.errors[0].line == 4);
@@ -1642,8 +1636,8 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK_THAT(r.errors[0].message, StartsWith("not valid YAML: "));
     }
     SECTION("10,000 balanced nested lists inside a job") {
-        const load_result r =
-            load(with_job("    inputs: " + std::string(10'000, '[') + std::string(10'000, ']')));
+        const load_result r = load(
+            with_job("    inputs: " + std::string(10'000, '[') + std::string(10'000, ']')));
         INFO(dump(r));
         CHECK_FALSE(r.ok());
         REQUIRE_FALSE(r.errors.empty());
@@ -1659,8 +1653,8 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK_FALSE(r.errors.empty());
     }
     SECTION("a billion laughs: aliases are not expanded") {
-        std::string text =
-            std::string(listen_line) + "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+        std::string text = std::string(listen_line) +
+                           "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
         for (int i = 1; i < 10; ++i) {
             text += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
             for (int k = 0; k < 9; ++k) {
@@ -1675,8 +1669,8 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK(r.errors.size() == 19);
     }
     SECTION("a merge key is an unknown key, not a merge") {
-        const load_result r =
-            load(std::string(listen_line) + "jobs:\n  a: &b { task: t }\n  b: { <<: *b }\n");
+        const load_result r = load(std::string(listen_line) +
+                                   "jobs:\n  a: &b { task: t }\n  b: { <<: *b }\n");
         INFO(dump(r));
         CHECK_FALSE(r.ok());
         bool saw_merge = false;
@@ -1686,9 +1680,9 @@ TEST_CASE("load: hostile input returns errors, never a crash", "[load]") {
         CHECK(saw_merge);
     }
     SECTION("control characters and invalid UTF-8 in values") {
-        const load_result r =
-            load(with_job("    inputs: [\"\\x1b[31mred\"]\n    egress: [{ host: \"a\xff.com\", "
-                          "ports: [443] }]"));
+        const load_result r = load(
+            with_job("    inputs: [\"\\x1b[31mred\"]\n    egress: [{ host: \"a\xff.com\", "
+                     "ports: [443] }]"));
         INFO(dump(r));
         REQUIRE(r.errors.size() == 1);
         CHECK_THAT(r.errors[0].message, Contains("non-ASCII byte"));
@@ -1815,10 +1809,9 @@ TEST_CASE("load: `jobs:` written empty is a policy with no job cards", "[load]")
 }
 
 TEST_CASE("load: a relative admin.token_file is reported once", "[load]") {
-    const load_result r = load_policy(
-        "listen: { proxy: 127.0.0.1:3128, admin: 127.0.0.1:9090 }\n"
-        "admin: { token_file: rel }\njobs: {}\n",
-        "t.yaml");
+    const load_result r = load_policy("listen: { proxy: 127.0.0.1:3128, admin: 127.0.0.1:9090 }\n"
+                                      "admin: { token_file: rel }\njobs: {}\n",
+                                      "t.yaml");
     REQUIRE(r.errors.size() == 1);
     CHECK_THAT(r.errors[0].message, Catch::Contains("'rel' is not an absolute path"));
 }

@@ -133,8 +133,7 @@ TEST_CASE("report mode: the address check is never relaxed", "[mode]") {
         REQUIRE(m.would_deny == deny_reason::method);
         CHECK(check_addresses(m.effective, public_only).allowed());
         CHECK(check_addresses(m.effective, in_range).allowed());
-        CHECK(check_addresses(m.effective, other_private).reason ==
-              deny_reason::private_address);
+        CHECK(check_addresses(m.effective, other_private).reason == deny_reason::private_address);
         CHECK(check_addresses(m.effective, mixed).reason == deny_reason::private_address);
     }
 }
@@ -146,12 +145,10 @@ TEST_CASE("report mode: DNS names", "[mode]") {
     const moded_decision other = decide_dns_with_mode("learner", "other.example.net", *p);
     CHECK(other.effective.allowed());
     CHECK(other.would_deny == R::no_rule);
-    CHECK(decide_dns_with_mode("strict", "other.example.net", *p).effective.reason ==
-          R::no_rule);
+    CHECK(decide_dns_with_mode("strict", "other.example.net", *p).effective.reason == R::no_rule);
     CHECK(decide_dns_with_mode("learner", "10.0.0.1", *p).effective.reason == R::bad_request);
     CHECK(decide_dns_with_mode("learner", "bad..name", *p).effective.reason == R::bad_request);
-    CHECK(decide_dns_with_mode("nobody", "api.example.com", *p).effective.reason ==
-          R::unknown_job);
+    CHECK(decide_dns_with_mode("nobody", "api.example.com", *p).effective.reason == R::unknown_job);
 }
 
 TEST_CASE("report mode: relaxed reasons are the allowlist's only", "[mode]") {

@@ -281,8 +281,7 @@ TEST_CASE("policy: keep_restart_only keeps what only a start applies", "[policy]
         const auto named = keep_restart_only(running, next);
         CHECK(named == std::vector<std::string>{"listen.proxy", "listen.dns", "listen.admin",
                                                 "admin.token_file", "state.path", "audit.path",
-                                                "audit.retention_days",
-                                                "audit.max_file_bytes"});
+                                                "audit.retention_days", "audit.max_file_bytes"});
         CHECK(next.listen.proxy == running.listen.proxy);
         CHECK(next.listen.dns == running.listen.dns);
         CHECK(next.listen.admin == running.listen.admin);

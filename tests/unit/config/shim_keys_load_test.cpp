@@ -11,8 +11,7 @@ using cordon::config::load_policy;
 namespace {
 
 std::string with_job(std::string_view s) {
-    return "listen: { proxy: 127.0.0.1:3128 }\njobs:\n  j:\n    task: t\n" + std::string(s) +
-           "\n";
+    return "listen: { proxy: 127.0.0.1:3128 }\njobs:\n  j:\n    task: t\n" + std::string(s) + "\n";
 }
 
 std::string first_error(const std::string& text) {
@@ -34,8 +33,9 @@ TEST_CASE("load: env entries may be marked allow_long_lived", "[load][shim]") {
 }
 
 TEST_CASE("load: bad env entries", "[load][shim]") {
-    CHECK(first_error(with_job("    env: [{ allow_long_lived: true }]")).find("missing key 'name'") !=
-          std::string::npos);
+    CHECK(
+        first_error(with_job("    env: [{ allow_long_lived: true }]")).find("missing key 'name'") !=
+        std::string::npos);
     CHECK(first_error(with_job("    env: [{ name: A, allow_long_lived: maybe }]"))
               .find("expected true or false") != std::string::npos);
     CHECK(first_error(with_job("    env: [{ name: A, other: 1 }]")).find("unknown key 'other'") !=
@@ -69,8 +69,9 @@ TEST_CASE("load: identity.mint as a mapping", "[load][shim]") {
         CHECK(r.value->jobs.front().identity.mint == "m");
         CHECK_FALSE(r.value->jobs.front().identity.mint_env.has_value());
     }
-    CHECK(first_error(with_job("    identity: { mint: { env: X } }")).find("missing key 'command'") !=
-          std::string::npos);
+    CHECK(
+        first_error(with_job("    identity: { mint: { env: X } }")).find("missing key 'command'") !=
+        std::string::npos);
     CHECK(first_error(with_job("    identity: { mint: { command: m, env: X, file: f } }"))
               .find("not both") != std::string::npos);
     CHECK(first_error(with_job("    identity: { mint: { command: m, file: ../x } }"))

@@ -26,8 +26,7 @@ constexpr std::string_view no_host = "the target has no host";
 constexpr std::string_view unterminated = "unterminated '[' in the target";
 constexpr std::string_view after_bracket = "unexpected characters after ']' in the target";
 constexpr std::string_view brackets_v6 = "brackets are only for IPv6 addresses";
-constexpr std::string_view v6_brackets =
-    "write IPv6 addresses in brackets, e.g. [2001:db8::1]:443";
+constexpr std::string_view v6_brackets = "write IPv6 addresses in brackets, e.g. [2001:db8::1]:443";
 constexpr std::string_view too_long_or_ctl =
     "the request target is too long or has control characters";
 constexpr std::string_view is_proxy =
@@ -156,31 +155,25 @@ TEST_CASE("target: CONNECT refuses everything else, saying why", "[target]") {
     CHECK(r.error == c.error);
 }
 
-TEST_CASE("target: absolute-form http URIs are split into host, port and origin-form",
-          "[target]") {
+TEST_CASE("target: absolute-form http URIs are split into host, port and origin-form", "[target]") {
     const std::string long_path(max_target - std::string_view("http://h/").size(), 'p');
     const auto c = GENERATE_COPY(values<accepted_uri>({
         {"root path", "http://example.com/", "example.com", 80, "/", "example.com"},
         {"empty path becomes /", "http://example.com", "example.com", 80, "/", "example.com"},
-        {"query without path", "http://example.com?q=1", "example.com", 80, "/?q=1",
-         "example.com"},
-        {"empty query without path", "http://example.com?", "example.com", 80, "/?",
-         "example.com"},
+        {"query without path", "http://example.com?q=1", "example.com", 80, "/?q=1", "example.com"},
+        {"empty query without path", "http://example.com?", "example.com", 80, "/?", "example.com"},
         {"path and query", "http://example.com/a/b?c=d&e", "example.com", 80, "/a/b?c=d&e",
          "example.com"},
         {"upper-case scheme", "HTTP://example.com/x", "example.com", 80, "/x", "example.com"},
         {"mixed-case scheme", "HtTp://example.com/x", "example.com", 80, "/x", "example.com"},
-        {"host case kept", "http://ExAmPle.COM/Path", "ExAmPle.COM", 80, "/Path",
-         "ExAmPle.COM"},
+        {"host case kept", "http://ExAmPle.COM/Path", "ExAmPle.COM", 80, "/Path", "ExAmPle.COM"},
         {"explicit port", "http://example.com:8080/x", "example.com", 8080, "/x",
          "example.com:8080"},
-        {"explicit default port kept as written", "http://example.com:80/", "example.com", 80,
-         "/", "example.com:80"},
+        {"explicit default port kept as written", "http://example.com:80/", "example.com", 80, "/",
+         "example.com:80"},
         {"port 1", "http://example.com:1", "example.com", 1, "/", "example.com:1"},
-        {"port 65535", "http://example.com:65535/", "example.com", 65535, "/",
-         "example.com:65535"},
-        {"port and query", "http://example.com:81?x", "example.com", 81, "/?x",
-         "example.com:81"},
+        {"port 65535", "http://example.com:65535/", "example.com", 65535, "/", "example.com:65535"},
+        {"port and query", "http://example.com:81?x", "example.com", 81, "/?x", "example.com:81"},
         {"IPv4 literal", "http://192.0.2.1/", "192.0.2.1", 80, "/", "192.0.2.1"},
         {"IPv6 literal", "http://[2001:db8::1]/", "2001:db8::1", 80, "/", "[2001:db8::1]"},
         {"IPv6 with port", "http://[::1]:8080/x?y", "::1", 8080, "/x?y", "[::1]:8080"},
@@ -189,8 +182,7 @@ TEST_CASE("target: absolute-form http URIs are split into host, port and origin-
          "example.com"},
         {"URL in the query", "http://example.com/r?to=http://other/", "example.com", 80,
          "/r?to=http://other/", "example.com"},
-        {"double slash path", "http://example.com//x", "example.com", 80, "//x",
-         "example.com"},
+        {"double slash path", "http://example.com//x", "example.com", 80, "//x", "example.com"},
         {"percent escapes kept", "http://example.com/%2e%2e/a%20b", "example.com", 80,
          "/%2e%2e/a%20b", "example.com"},
         {"exactly 8 KiB", "http://h/" + long_path, "h", 80, "/" + long_path, "h"},
@@ -206,8 +198,7 @@ TEST_CASE("target: absolute-form http URIs are split into host, port and origin-
     CHECK(r.value->authority == c.authority);
 }
 
-TEST_CASE("target: absolute-form URIs refuse other schemes, userinfo and fragments",
-          "[target]") {
+TEST_CASE("target: absolute-form URIs refuse other schemes, userinfo and fragments", "[target]") {
     const std::string long_path(max_target - std::string_view("http://h/").size() + 1, 'p');
     const auto c = GENERATE_COPY(values<refused>({
         {"https", "https://example.com/", https_connect},
@@ -296,16 +287,15 @@ TEST_CASE("target: the Host header must name the URI's authority", "[target]") {
         {"header with userinfo", "u@example.com", "http://example.com/", false},
         {"IPv4", "192.0.2.1:80", "http://192.0.2.1/", true},
         {"IPv6", "[2001:db8::1]", "http://[2001:db8::1]/", true},
-        {"IPv6 case-insensitive, default port", "[2001:DB8::1]:80", "http://[2001:db8::1]/",
-         true},
+        {"IPv6 case-insensitive, default port", "[2001:DB8::1]:80", "http://[2001:db8::1]/", true},
         {"IPv6 with port", "[::1]:8080", "http://[::1]:8080/", true},
         {"IPv6 missing port", "[::1]", "http://[::1]:8080/", false},
         {"IPv6 other port", "[::1]:8081", "http://[::1]:8080/", false},
         {"IPv6 other address", "[2001:db8::2]", "http://[2001:db8::1]/", false},
         {"IPv6 unbracketed", "2001:db8::1", "http://[2001:db8::1]/", false},
         {"IPv6 unterminated", "[2001:db8::1", "http://[2001:db8::1]/", false},
-        {"IPv6 spelled differently is not normalised", "[2001:db8:0::1]",
-         "http://[2001:db8::1]/", false},
+        {"IPv6 spelled differently is not normalised", "[2001:db8:0::1]", "http://[2001:db8::1]/",
+         false},
         {"IPv6 brackets around a name", "[example.com]", "http://example.com/", false},
     }));
     INFO(c.name);
@@ -313,8 +303,7 @@ TEST_CASE("target: the Host header must name the URI's authority", "[target]") {
     CHECK(host_header_matches(c.header, t) == c.matches);
 }
 
-TEST_CASE("target: every accepted URI's own authority matches as its Host header",
-          "[target]") {
+TEST_CASE("target: every accepted URI's own authority matches as its Host header", "[target]") {
     const auto uri = GENERATE(as<std::string>{}, "http://example.com/", "http://EXAMPLE.com:80",
                               "http://example.com:8080/?q", "http://[::1]/",
                               "http://[2001:DB8::1]:443/x", "http://192.0.2.1:65535");
@@ -322,7 +311,7 @@ TEST_CASE("target: every accepted URI's own authority matches as its Host header
     CHECK(host_header_matches(t.authority, t));
     // And CONNECT to host:port names the same place.
     const std::string hostport = (t.host.find(':') != std::string::npos ? "[" + t.host + "]"
-                                                                         : t.host) +
+                                                                        : t.host) +
                                  ":" + std::to_string(t.port);
     const target_result c = parse_connect_target(hostport);
     REQUIRE(c.value);

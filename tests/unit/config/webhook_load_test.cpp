@@ -26,8 +26,8 @@ std::string dump(const load_result& r) {
 }
 
 TEST_CASE("webhook: a URL alone takes the defaults", "[load][webhook]") {
-    const load_result r =
-        load_policy(with_alerts("alerts: { webhook: \"https://hooks.example.com/x\" }"), "t.yaml");
+    const load_result r = load_policy(
+        with_alerts("alerts: { webhook: \"https://hooks.example.com/x\" }"), "t.yaml");
     INFO(dump(r));
     REQUIRE(r.ok());
     REQUIRE(r.value->alerts.webhook.has_value());
@@ -98,18 +98,16 @@ TEST_CASE("webhook: errors", "[load][webhook]") {
          "alerts.webhook: URL has credentials"},
         {"url with a fragment", "alerts: { webhook: { url: \"https://h/SECRET#x\" } }", 3, 27,
          "alerts.webhook.url: URL has a fragment"},
-        {"interval too short", "alerts: { webhook: { url: \"http://h/\", interval: 10ms } }", 3,
-         50, "alerts.webhook.interval: '10ms' is outside 100ms..1h"},
-        {"interval not a duration",
-         "alerts: { webhook: { url: \"http://h/\", interval: soon } }", 3, 50,
-         "alerts.webhook.interval: expected a duration"},
+        {"interval too short", "alerts: { webhook: { url: \"http://h/\", interval: 10ms } }", 3, 50,
+         "alerts.webhook.interval: '10ms' is outside 100ms..1h"},
+        {"interval not a duration", "alerts: { webhook: { url: \"http://h/\", interval: soon } }",
+         3, 50, "alerts.webhook.interval: expected a duration"},
         {"timeout too long", "alerts: { webhook: { url: \"http://h/\", timeout: 2m } }", 3, 49,
          "alerts.webhook.timeout: '2m' is outside 100ms..1m"},
-        {"burst_window too long",
-         "alerts: { webhook: { url: \"http://h/\", burst_window: 2h } }", 3, 54,
-         "alerts.webhook.burst_window: '2h' is outside 100ms..1h"},
-        {"max_per_minute 0", "alerts: { webhook: { url: \"http://h/\", max_per_minute: 0 } }",
-         3, 56, "alerts.webhook.max_per_minute: 0 is out of range; expected a count 1..6000"},
+        {"burst_window too long", "alerts: { webhook: { url: \"http://h/\", burst_window: 2h } }",
+         3, 54, "alerts.webhook.burst_window: '2h' is outside 100ms..1h"},
+        {"max_per_minute 0", "alerts: { webhook: { url: \"http://h/\", max_per_minute: 0 } }", 3,
+         56, "alerts.webhook.max_per_minute: 0 is out of range; expected a count 1..6000"},
         {"retries 11", "alerts: { webhook: { url: \"http://h/\", retries: 11 } }", 3, 49,
          "alerts.webhook.retries: 11 is out of range; expected a count 0..10"},
         {"burst_threshold 1001",
@@ -117,20 +115,20 @@ TEST_CASE("webhook: errors", "[load][webhook]") {
          "alerts.webhook.burst_threshold: 1001 is out of range; expected a count 1..1000"},
         {"headers a list", "alerts: { webhook: { url: \"http://h/\", headers: [a] } }", 3, 49,
          "alerts.webhook.headers: expected a mapping, got a list"},
-        {"header name", "alerts: { webhook: { url: \"http://h/\", headers: { \"a b\": x } } }",
-         3, 51, "alerts.webhook.headers: 'a b' is not a header name"},
+        {"header name", "alerts: { webhook: { url: \"http://h/\", headers: { \"a b\": x } } }", 3,
+         51, "alerts.webhook.headers: 'a b' is not a header name"},
         {"reserved header",
          "alerts: { webhook: { url: \"http://h/\", headers: { Content-Length: 1 } } }", 3, 51,
          "alerts.webhook.headers.Content-Length: cordon sets this header itself"},
         {"header twice",
-         "alerts: { webhook: { url: \"http://h/\", headers: { X-A: SECRET, x-a: SECRET } } }",
-         3, 64, "alerts.webhook.headers.x-a: header given twice"},
+         "alerts: { webhook: { url: \"http://h/\", headers: { X-A: SECRET, x-a: SECRET } } }", 3,
+         64, "alerts.webhook.headers.x-a: header given twice"},
         {"header value a list",
          "alerts: { webhook: { url: \"http://h/\", headers: { X-A: [SECRET] } } }", 3, 56,
          "alerts.webhook.headers.X-A: expected a string, got a list"},
         {"header value with a line break",
-         "alerts: { webhook: { url: \"http://h/\", headers: { X-A: \"SECRET\\r\\nX: y\" } } }",
-         3, 56, "alerts.webhook.headers.X-A: the value must be 1..8192 characters"},
+         "alerts: { webhook: { url: \"http://h/\", headers: { X-A: \"SECRET\\r\\nX: y\" } } }", 3,
+         56, "alerts.webhook.headers.X-A: the value must be 1..8192 characters"},
     };
     for (const auto& c : rows) {
         DYNAMIC_SECTION(c.name) {

@@ -29,15 +29,14 @@ using strings = std::vector<std::string>;
 }  // namespace
 
 TEST_CASE("hosts: a typical file", "[hosts]") {
-    const auto t = hosts_table::parse(
-        "# /etc/hosts\n"
-        "127.0.0.1\tlocalhost\n"
-        "127.0.1.1  box.corp.example box\n"
-        "\n"
-        "# The following lines are desirable for IPv6 capable hosts\n"
-        "::1     localhost ip6-localhost ip6-loopback\n"
-        "ff02::1 ip6-allnodes\n"
-        "10.20.0.5 wiki.corp.example   # the wiki\n");
+    const auto t = hosts_table::parse("# /etc/hosts\n"
+                                      "127.0.0.1\tlocalhost\n"
+                                      "127.0.1.1  box.corp.example box\n"
+                                      "\n"
+                                      "# The following lines are desirable for IPv6 capable hosts\n"
+                                      "::1     localhost ip6-localhost ip6-loopback\n"
+                                      "ff02::1 ip6-allnodes\n"
+                                      "10.20.0.5 wiki.corp.example   # the wiki\n");
     CHECK(text_of(t.find("localhost")) == strings{"127.0.0.1", "::1"});
     CHECK(text_of(t.find("box")) == strings{"127.0.1.1"});
     CHECK(text_of(t.find("box.corp.example")) == strings{"127.0.1.1"});
@@ -57,13 +56,12 @@ TEST_CASE("hosts: names are case-insensitive and lose one trailing dot", "[hosts
 }
 
 TEST_CASE("hosts: a name on several lines collects every address, IPv4 first", "[hosts]") {
-    const auto t = hosts_table::parse(
-        "2001:db8::1 multi.test\n"
-        "192.0.2.1 multi.test\n"
-        "192.0.2.2 multi.test\n"
-        "192.0.2.1 multi.test   # duplicate\n"
-        "2001:DB8:0:0::1 multi.test   # duplicate, other spelling\n"
-        "::ffff:192.0.2.3 multi.test   # mapped: stored as IPv4\n");
+    const auto t = hosts_table::parse("2001:db8::1 multi.test\n"
+                                      "192.0.2.1 multi.test\n"
+                                      "192.0.2.2 multi.test\n"
+                                      "192.0.2.1 multi.test   # duplicate\n"
+                                      "2001:DB8:0:0::1 multi.test   # duplicate, other spelling\n"
+                                      "::ffff:192.0.2.3 multi.test   # mapped: stored as IPv4\n");
     CHECK(text_of(t.find("multi.test")) ==
           strings{"192.0.2.1", "192.0.2.2", "192.0.2.3", "2001:db8::1"});
 }
@@ -72,21 +70,20 @@ TEST_CASE("hosts: malformed lines and names are skipped", "[hosts]") {
     const auto t = hosts_table::parse(
         "not-an-ip bad1.test\n"
         "192.0.2.300 bad2.test\n"
-        "127.1 bad3.test\n"                     // non-canonical IPv4
+        "127.1 bad3.test\n"  // non-canonical IPv4
         "0x7f.0.0.1 bad4.test\n"
-        "fe80::1%eth0 bad5.test\n"              // zones are not kept
+        "fe80::1%eth0 bad5.test\n"  // zones are not kept
         "[::1] bad6.test\n"
-        "192.0.2.7\n"                           // address without names
+        "192.0.2.7\n"  // address without names
         "   # only a comment\n"
         "192.0.2.8 good.test bad_name.test -bad.test 10.0.0.1 ok.test\n"
         "192.0.2.9 \xff\xfe.test also-good.test\n"
         "192.0.2.10 a..b.test\n"
         "\t \r\n"
         "192.0.2.11 crlf.test\r\n"
-        "192.0.2.12\tlast.test");                // no final newline
+        "192.0.2.12\tlast.test");  // no final newline
     for (const char* bad : {"bad1.test", "bad2.test", "bad3.test", "bad4.test", "bad5.test",
-                            "bad6.test", "bad_name.test", "-bad.test", "10.0.0.1",
-                            "a..b.test"}) {
+                            "bad6.test", "bad_name.test", "-bad.test", "10.0.0.1", "a..b.test"}) {
         INFO(bad);
         CHECK(t.find(bad).empty());
     }

@@ -12,9 +12,7 @@ using clock_type = repeat_filter::clock;
 
 namespace {
 
-cordon::config::ip_address addr(const char* text) {
-    return *cordon::config::parse_ip(text);
-}
+cordon::config::ip_address addr(const char* text) { return *cordon::config::parse_ip(text); }
 
 question q(std::string name, std::uint16_t type = type_a) {
     return question{std::move(name), type, class_in};
@@ -31,8 +29,12 @@ struct written {
 
 std::vector<written> expire(repeat_filter& f, clock_type::time_point now, bool force = false) {
     std::vector<written> out;
-    f.expire(now, [&](const repeat_filter::entry& e) { out.push_back({e.q.name, e.repeats}); },
-             force);
+    f.expire(
+        now,
+        [&](const repeat_filter::entry& e) {
+            out.push_back({e.q.name, e.repeats});
+        },
+        force);
     return out;
 }
 

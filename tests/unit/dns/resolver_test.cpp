@@ -111,7 +111,7 @@ private:
             return;
         }
 
-        std::vector<std::uint8_t> out(p, p + question_end);  // header + question, echoed
+        std::vector<std::uint8_t> out(p, p + question_end);        // header + question, echoed
         out[2] = static_cast<std::uint8_t>(0x80 | (p[2] & 0x79));  // QR, opcode, RD
         std::uint8_t rcode = 0;
         std::uint16_t answers = 0;
@@ -128,12 +128,18 @@ private:
                     continue;
                 }
                 const std::uint8_t rdlen = v4 ? 4 : 16;
-                const std::uint8_t rr[] = {0xc0, 0x0c,  // name: pointer to the question
+                const std::uint8_t rr[] = {0xc0,
+                                           0x0c,  // name: pointer to the question
                                            static_cast<std::uint8_t>(qtype >> 8),
                                            static_cast<std::uint8_t>(qtype & 0xff),
-                                           0, 1,            // class IN
-                                           0, 0, 0, 60,     // TTL
-                                           0, rdlen};
+                                           0,
+                                           1,  // class IN
+                                           0,
+                                           0,
+                                           0,
+                                           60,  // TTL
+                                           0,
+                                           rdlen};
                 out.insert(out.end(), std::begin(rr), std::end(rr));
                 out.insert(out.end(), a.bytes().begin(), a.bytes().begin() + rdlen);
                 ++answers;
@@ -171,7 +177,8 @@ bool run_until(net::io_context& ioc, Pred pred, std::chrono::milliseconds limit 
 }
 
 void run_for(net::io_context& ioc, std::chrono::milliseconds d) {
-    run_until(ioc, [] { return false; }, d);
+    run_until(
+        ioc, [] { return false; }, d);
 }
 
 std::vector<std::string> text_of(const std::vector<ip_address>& addrs) {
@@ -269,12 +276,10 @@ TEST_CASE_METHOD(fixture, "resolver: errors are named", "[resolver]") {
     SECTION("the name exists without addresses") {
         CHECK(resolve(*r, "empty.test").error == "no addresses");
     }
-    SECTION("SERVFAIL") {
-        CHECK(resolve(*r, "servfail.test").error == "upstream failed");
-    }
+    SECTION("SERVFAIL") { CHECK(resolve(*r, "servfail.test").error == "upstream failed"); }
     SECTION("not a host name: nothing is sent") {
-        for (const char* bad : {"bad_name.test", "a..b", "", "127.1", "0x7f.0.0.1",
-                                "fe80::1%eth0", "-x.test"}) {
+        for (const char* bad :
+             {"bad_name.test", "a..b", "", "127.1", "0x7f.0.0.1", "fe80::1%eth0", "-x.test"}) {
             INFO(bad);
             CHECK(resolve(*r, bad).error == "bad name");
         }
@@ -345,7 +350,8 @@ TEST_CASE_METHOD(fixture, "resolver: cancel_all fails outstanding queries", "[re
 
     r->cancel_all();
     CHECK(got.empty());  // never inline
-    REQUIRE(run_until(ioc, [&got] { return got.size() == 2; }, 1000ms));
+    REQUIRE(run_until(
+        ioc, [&got] { return got.size() == 2; }, 1000ms));
     for (const auto& res : got) {
         CHECK(res.error == "cancelled");
         CHECK(res.addresses.empty());
@@ -498,7 +504,7 @@ TEST_CASE_METHOD(fixture, "resolver: a closed gate cancels lookups before any re
     CHECK(std::chrono::steady_clock::now() - closed_at < 250ms);  // polled every 100 ms
     CHECK(relayed->error == "cancelled");
     CHECK(own->error == "cancelled");
-    run_for(ioc, 3500ms);  // every retry would have gone out by now
+    run_for(ioc, 3500ms);                           // every retry would have gone out by now
     CHECK(server.queries_for("silent.test") == 3);  // the first tries (A, and A+AAAA) only
     SECTION("new lookups fail at once while it is closed, and work once it opens") {
         const auto closed = resolve(*r, "dual.test");

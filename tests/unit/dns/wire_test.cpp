@@ -39,15 +39,18 @@ struct msg {
         return u8(0);
     }
     msg& ptr(unsigned offset) { return u16(0xC000 | offset); }
-    msg& header(unsigned id, unsigned flags, unsigned qd, unsigned an, unsigned ns,
-                unsigned ar) {
+    msg& header(unsigned id, unsigned flags, unsigned qd, unsigned an, unsigned ns, unsigned ar) {
         return u16(id).u16(flags).u16(qd).u16(an).u16(ns).u16(ar);
     }
     msg& question(std::string_view n, unsigned type, unsigned cls = 1) {
         return name(n).u16(type).u16(cls);
     }
     msg& opt(unsigned size = 1232, std::uint32_t ttl = 0, std::string_view rdata = {}) {
-        return u8(0).u16(type_opt).u16(size).u32(ttl).u16(static_cast<unsigned>(rdata.size()))
+        return u8(0)
+            .u16(type_opt)
+            .u16(size)
+            .u32(ttl)
+            .u16(static_cast<unsigned>(rdata.size()))
             .raw(rdata);
     }
     /// A record's fixed part after its (already written) name.
@@ -121,8 +124,12 @@ TEST_CASE("wire: accepted query forms", "[wire]") {
 
 TEST_CASE("wire: EDNS in a query", "[wire]") {
     SECTION("dig's OPT: 1232, cookie option") {
-        const auto m = query_header(1).question("example.com", type_a).opt(
-            1232, 0, std::string_view("\x00\x0a\x00\x08" "abcdefgh", 12));
+        const auto m = query_header(1)
+                           .question("example.com", type_a)
+                           .opt(1232, 0,
+                                std::string_view("\x00\x0a\x00\x08"
+                                                 "abcdefgh",
+                                                 12));
         const auto p = parse_query(m.b);
         INFO(p.why);
         REQUIRE(p.status == parse_status::good);
@@ -135,8 +142,10 @@ TEST_CASE("wire: EDNS in a query", "[wire]") {
         CHECK(p.value.options[0].data == "abcdefgh");
     }
     SECTION("DO bit, small size raised to 512, several options, empty option") {
-        const auto m = query_header(1).question("example.com", type_https).opt(
-            100, 0x8000, std::string_view("\xfd\xe9\x00\x03tok\x00\x0c\x00\x00", 11));
+        const auto m = query_header(1)
+                           .question("example.com", type_https)
+                           .opt(100, 0x8000,
+                                std::string_view("\xfd\xe9\x00\x03tok\x00\x0c\x00\x00", 11));
         const auto p = parse_query(m.b);
         REQUIRE(p.status == parse_status::good);
         CHECK(p.value.do_bit);
@@ -148,8 +157,8 @@ TEST_CASE("wire: EDNS in a query", "[wire]") {
         CHECK(p.value.options[1].data.empty());
     }
     SECTION("version 1 is refused with BADVERS, EDNS fields kept for the answer") {
-        const auto p = parse_query(query_header(1).question("example.com", type_a).opt(
-                                                      1232, 0x00010000).b);
+        const auto p = parse_query(
+            query_header(1).question("example.com", type_a).opt(1232, 0x00010000).b);
         REQUIRE(p.status == parse_status::bad);
         CHECK(p.error == rcode::badvers);
         CHECK(p.value.has_edns);
@@ -188,12 +197,10 @@ TEST_CASE("wire: refused queries", "[wire]") {
          msg{}.header(1, 0, 2, 0, 0, 0).question("a.example", 1).question("b.example", 1).b,
          rcode::formerr, "qdcount 2"},
         {"answer record in a query",
-         msg{}.header(1, 0, 1, 1, 0, 0).question("a.example", 1).ptr(12).rr(1, 1, {1, 2, 3, 4})
-             .b,
+         msg{}.header(1, 0, 1, 1, 0, 0).question("a.example", 1).ptr(12).rr(1, 1, {1, 2, 3, 4}).b,
          rcode::formerr, "answer or authority"},
         {"authority record in a query",
-         msg{}.header(1, 0, 1, 0, 1, 0).question("a.example", 1).ptr(12).rr(1, 1, {1, 2, 3, 4})
-             .b,
+         msg{}.header(1, 0, 1, 0, 1, 0).question("a.example", 1).ptr(12).rr(1, 1, {1, 2, 3, 4}).b,
          rcode::formerr, "answer or authority"},
         {"truncated question name", bytes(q.begin(), q.begin() + 17), rcode::formerr,
          "runs past the end"},
@@ -201,16 +208,16 @@ TEST_CASE("wire: refused queries", "[wire]") {
          "truncated question"},
         {"label 64", query_header().u8(64).raw(std::string(64, 'a')).u8(0).u16(1).u16(1).b,
          rcode::formerr, "63"},
-        {"label type 0x80", query_header().u8(0x80).u8(0).u16(1).u16(1).b, rcode::formerr,
-         "63"},
+        {"label type 0x80", query_header().u8(0x80).u8(0).u16(1).u16(1).b, rcode::formerr, "63"},
         {"name 256 octets",
-         query_header().question(std::string(63, 'a') + "." + std::string(63, 'b') + "." +
-                                     std::string(63, 'c') + "." + std::string(62, 'd'),
-                                 1)
+         query_header()
+             .question(std::string(63, 'a') + "." + std::string(63, 'b') + "." +
+                           std::string(63, 'c') + "." + std::string(62, 'd'),
+                       1)
              .b,
          rcode::formerr, "255"},
-        {"pointer forward",
-         query_header().u8(3).raw("www").ptr(18).u16(1).u16(1).b, rcode::formerr, "forward"},
+        {"pointer forward", query_header().u8(3).raw("www").ptr(18).u16(1).u16(1).b, rcode::formerr,
+         "forward"},
         {"compression loop: pointer to itself", query_header().ptr(12).u16(1).u16(1).b,
          rcode::formerr, "forward or looping"},
         {"pointer past the end", query_header().ptr(0x3FFF).u16(1).u16(1).b, rcode::formerr,
@@ -218,23 +225,21 @@ TEST_CASE("wire: refused queries", "[wire]") {
         {"pointer into the header", query_header().ptr(4).u16(1).u16(1).b, rcode::formerr,
          "into the header"},
         {"truncated pointer", query_header().u8(0xC0).b, rcode::formerr, "truncated"},
-        {"non-LDH byte '*'", query_header().question("*.example", 1).b, rcode::formerr,
-         "outside"},
+        {"non-LDH byte '*'", query_header().question("*.example", 1).b, rcode::formerr, "outside"},
         {"dot inside a label", query_header().u8(3).raw("a.b").u8(0).u16(1).u16(1).b,
          rcode::formerr, "outside"},
         {"space", query_header().question("a b.example", 1).b, rcode::formerr, "outside"},
         {"NUL byte", query_header().u8(2).u8('a').u8(0).u8(0).u16(1).u16(1).b, rcode::formerr,
          "outside"},
-        {"non-ASCII", query_header().u8(2).u8(0xC3).u8(0xA9).u8(0).u16(1).u16(1).b,
-         rcode::formerr, "outside"},
+        {"non-ASCII", query_header().u8(2).u8(0xC3).u8(0xA9).u8(0).u16(1).u16(1).b, rcode::formerr,
+         "outside"},
         {"trailing bytes", trailing, rcode::formerr, "trailing"},
         {"arcount lies", query_header(3).question("example.com", 1).opt().b, rcode::formerr,
          "additional record"},
         {"two OPT", query_header(2).question("example.com", 1).opt().opt().b, rcode::formerr,
          "more than one OPT"},
         {"OPT not at the root",
-         query_header(1).question("example.com", 1).ptr(12).u16(type_opt).u16(1232).u32(0).u16(0)
-             .b,
+         query_header(1).question("example.com", 1).ptr(12).u16(type_opt).u16(1232).u32(0).u16(0).b,
          rcode::formerr, "root"},
         {"non-OPT additional record (TSIG)",
          query_header(1).question("example.com", 1).u8(0).rr(250, 0, {}).b, rcode::formerr,
@@ -243,11 +248,15 @@ TEST_CASE("wire: refused queries", "[wire]") {
          query_header(1).question("example.com", 1).u8(0).u16(41).u16(512).u32(0).u16(10).b,
          rcode::formerr, "past the end"},
         {"EDNS option overruns OPT",
-         msg{opt_q}.opt(1232, 0, std::string_view("\x00\x0a\x00\x28" "ab", 6)).b,
+         msg{opt_q}
+             .opt(1232, 0,
+                  std::string_view("\x00\x0a\x00\x28"
+                                   "ab",
+                                   6))
+             .b,
          rcode::formerr, "overruns"},
-        {"EDNS option header truncated",
-         msg{opt_q}.opt(1232, 0, std::string_view("\x00\x0a", 2)).b, rcode::formerr,
-         "truncated EDNS option"},
+        {"EDNS option header truncated", msg{opt_q}.opt(1232, 0, std::string_view("\x00\x0a", 2)).b,
+         rcode::formerr, "truncated EDNS option"},
     };
     for (const auto& r : rows) {
         SECTION(r.what) {
@@ -337,8 +346,8 @@ TEST_CASE("wire: build_query round trips through parse_query", "[wire]") {
     SECTION("names that cannot be encoded") {
         for (const std::string& n :
              {std::string(".."), std::string("a..b"), std::string(".a"), std::string(64, 'a'),
-              std::string(63, 'a') + "." + std::string(63, 'b') + "." + std::string(63, 'c') +
-                  "." + std::string(62, 'd')}) {
+              std::string(63, 'a') + "." + std::string(63, 'b') + "." + std::string(63, 'c') + "." +
+                  std::string(62, 'd')}) {
             CHECK(build_query(n, type_a, 1).empty());
         }
     }
@@ -355,10 +364,11 @@ TEST_CASE("wire: build_error", "[wire]") {
     q.q = {"blocked.example", type_aaaa, class_in};
     SECTION("without EDNS") {
         const auto e = build_error(q, rcode::refused);
-        const bytes expect =
-            msg{}.header(0xABCD, 0x8000 | flag_rd | flag_ra | flag_cd | 5, 1, 0, 0, 0)
-                .question("blocked.example", type_aaaa)
-                .b;
+        const bytes expect = msg{}
+                                 .header(0xABCD, 0x8000 | flag_rd | flag_ra | flag_cd | 5, 1, 0, 0,
+                                         0)
+                                 .question("blocked.example", type_aaaa)
+                                 .b;
         CHECK(e == expect);
     }
     SECTION("with EDNS: OPT 1232, DO copied, options never echoed") {
@@ -410,8 +420,15 @@ namespace {
 
 /// SOA data: mname, rname and the five numbers.
 bytes soa_rdata(std::uint32_t minimum = 60) {
-    return msg{}.name("ns.example").name("hostmaster.example").u32(1).u32(2).u32(3).u32(4)
-        .u32(minimum).b;
+    return msg{}
+        .name("ns.example")
+        .name("hostmaster.example")
+        .u32(1)
+        .u32(2)
+        .u32(3)
+        .u32(4)
+        .u32(minimum)
+        .b;
 }
 
 /// www.example.com A answered through a CNAME chain, every name compressed:
@@ -424,8 +441,7 @@ struct chain_answer {
         m.ptr(12);
         ttl1 = m.size() + 4;
         cdn_at = m.size() + 10;
-        m.rr(type_cname, 300, msg{}.u8(3).raw("cdn").u8(7).raw("example").u8(3).raw("net").u8(0)
-                                  .b);
+        m.rr(type_cname, 300, msg{}.u8(3).raw("cdn").u8(7).raw("example").u8(3).raw("net").u8(0).b);
         m.ptr(static_cast<unsigned>(cdn_at));
         ttl2 = m.size() + 4;
         const std::size_t edge_at = m.size() + 10;
@@ -469,9 +485,15 @@ TEST_CASE("wire: parse_answer", "[wire]") {
         CHECK(a->additional[0].type == type_opt);
     }
     SECTION("AAAA, SOA in authority, odd bytes in names escaped") {
-        const auto m = msg{}.header(5, 0x8183, 1, 1, 1, 0).question("x.example", type_aaaa)
-                           .u8(3).raw("a*\x01").ptr(12).rr(type_aaaa, 5, bytes(16, 0))
-                           .name("example").rr(type_soa, 60, soa_rdata());
+        const auto m = msg{}
+                           .header(5, 0x8183, 1, 1, 1, 0)
+                           .question("x.example", type_aaaa)
+                           .u8(3)
+                           .raw("a*\x01")
+                           .ptr(12)
+                           .rr(type_aaaa, 5, bytes(16, 0))
+                           .name("example")
+                           .rr(type_soa, 60, soa_rdata());
         const auto a = parse_answer(m.b);
         REQUIRE(a);
         CHECK(rcode_of(a->flags) == 3);
@@ -504,24 +526,42 @@ TEST_CASE("wire: parse_answer", "[wire]") {
         {"OPT in the answer section", msg{q}.opt().b},
         {"pointer into a TTL (rewrite_answer would change the name)",
          // The A record's TTL 0x01610000 reads as the name "a"; the next owner points at it.
-         msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_a).ptr(12)
-             .rr(type_a, 0x01610000u, {1, 2, 3, 4}).ptr(12 + 13 + 4 + 2 + 4)
-             .rr(type_a, 1, {1, 2, 3, 4}).b},
+         msg{}
+             .header(1, 0x8180, 1, 2, 0, 0)
+             .question("example.com", type_a)
+             .ptr(12)
+             .rr(type_a, 0x01610000u, {1, 2, 3, 4})
+             .ptr(12 + 13 + 4 + 2 + 4)
+             .rr(type_a, 1, {1, 2, 3, 4})
+             .b},
         {"pointer into the question type", msg{q}.ptr(12 + 13).rr(type_a, 1, {1, 2, 3, 4}).b},
         {"pointer to a label that runs over the record's own TTL (the 10-minute fuzz run)",
          // A TXT record's data is the byte 10; the next owner points at it: a 10-byte label
          // of the pointer itself, type, class and TTL, ended by the length's high byte 0.
          // Aging the TTL changed that owner's name. (tests/fuzz/dns_wire/corpus/
          // crash-label-over-own-ttl)
-         msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_a).ptr(12)
-             .rr(type_txt, 300, {10}).ptr(12 + 17 + 2 + 10).rr(type_a, 3600, {1, 2, 3, 4}).b},
-        {"pointer into opaque record data",
-         msg{}.header(1, 0x8180, 1, 2, 0, 0).question("example.com", type_a).ptr(12)
-             .rr(type_txt, 300, wire_name("x")).ptr(12 + 17 + 2 + 10)
-             .rr(type_a, 1, {1, 2, 3, 4}).b},
-        {"SOA data that is not two names and 20 bytes",
-         msg{}.header(1, 0x8183, 1, 0, 1, 0).question("example.com", type_a).ptr(12)
-             .rr(type_soa, 1, {0, 0, 1, 2, 3}).b},
+         msg{}
+             .header(1, 0x8180, 1, 2, 0, 0)
+             .question("example.com", type_a)
+             .ptr(12)
+             .rr(type_txt, 300, {10})
+             .ptr(12 + 17 + 2 + 10)
+             .rr(type_a, 3600, {1, 2, 3, 4})
+             .b},
+        {"pointer into opaque record data", msg{}
+                                                .header(1, 0x8180, 1, 2, 0, 0)
+                                                .question("example.com", type_a)
+                                                .ptr(12)
+                                                .rr(type_txt, 300, wire_name("x"))
+                                                .ptr(12 + 17 + 2 + 10)
+                                                .rr(type_a, 1, {1, 2, 3, 4})
+                                                .b},
+        {"SOA data that is not two names and 20 bytes", msg{}
+                                                            .header(1, 0x8183, 1, 0, 1, 0)
+                                                            .question("example.com", type_a)
+                                                            .ptr(12)
+                                                            .rr(type_soa, 1, {0, 0, 1, 2, 3})
+                                                            .b},
         {"two OPT", msg{}.header(1, 0x8180, 1, 0, 0, 2).question("a.example", 1).opt().opt().b},
         {"trailing bytes", trailing},
     };
@@ -568,8 +608,8 @@ TEST_CASE("wire: rewrite_answer", "[wire]") {
         std::uint32_t t1, t2, t3;
     };
     const row rows[] = {
-        {0, 300, 60, 20}, {19, 281, 41, 1}, {20, 280, 40, 0}, {61, 239, 0, 0},
-        {1000, 0, 0, 0},  {0xFFFFFFFFu, 0, 0, 0},
+        {0, 300, 60, 20}, {19, 281, 41, 1}, {20, 280, 40, 0},
+        {61, 239, 0, 0},  {1000, 0, 0, 0},  {0xFFFFFFFFu, 0, 0, 0},
     };
     for (const auto& r : rows) {
         const auto out = rewrite_answer(c.b, 0x2222, r.age);
@@ -595,7 +635,10 @@ TEST_CASE("wire: rewrite_answer", "[wire]") {
         }
     }
     SECTION("a TTL with the top bit set counts as 0") {
-        const auto m = msg{}.header(1, 0x8180, 1, 1, 0, 0).question("a.example", 1).ptr(12)
+        const auto m = msg{}
+                           .header(1, 0x8180, 1, 1, 0, 0)
+                           .question("a.example", 1)
+                           .ptr(12)
                            .rr(type_a, 0x80000005u, {1, 2, 3, 4});
         const auto a = parse_answer(rewrite_answer(m.b, 1, 0));
         REQUIRE(a);
@@ -649,8 +692,8 @@ TEST_CASE("wire: truncate_for_udp", "[wire]") {
     SECTION("over, and no room for OPT: header and question only") {
         const auto t = truncate_for_udp(c.b, question_end + 10);
         CHECK(t.size() == question_end);
-        CHECK(bytes(t.begin() + 12, t.end()) == bytes(c.b.begin() + 12, c.b.begin() +
-                                                       static_cast<long>(question_end)));
+        CHECK(bytes(t.begin() + 12, t.end()) ==
+              bytes(c.b.begin() + 12, c.b.begin() + static_cast<long>(question_end)));
         CHECK(get16(t, 4) == 1);
         CHECK(get16(t, 6) == 0);
         CHECK(get16(t, 10) == 0);
@@ -774,9 +817,13 @@ TEST_CASE("wire: sanitize_answer relays only what answers the question", "[wire]
         REQUIRE(c->ttls.size() == 2);
     }
     SECTION("TTLs: top bit set is 0, the rest at most the cap, served as cached") {
-        const auto m = msg{}.header(1, 0x8180, 1, 2, 0, 0).question("a.example", type_a)
-                           .ptr(12).rr(type_a, 0xFFFFFFFFu, {1, 2, 3, 4})
-                           .ptr(12).rr(type_a, 100000, {1, 2, 3, 5});
+        const auto m = msg{}
+                           .header(1, 0x8180, 1, 2, 0, 0)
+                           .question("a.example", type_a)
+                           .ptr(12)
+                           .rr(type_a, 0xFFFFFFFFu, {1, 2, 3, 4})
+                           .ptr(12)
+                           .rr(type_a, 100000, {1, 2, 3, 5});
         const auto c = sanitize_answer(*parse_answer(m.b), 3600, 300);
         REQUIRE(c);
         const std::vector<kept> expect = {{0, "a.example", type_a, 0},
@@ -785,9 +832,13 @@ TEST_CASE("wire: sanitize_answer relays only what answers the question", "[wire]
         CHECK(c->min_ttl == 0);
     }
     SECTION("a negative answer keeps the zone's SOA, capped at the negative TTL") {
-        const auto m = msg{}.header(1, 0x8183, 1, 0, 2, 0).question("no.example.com", type_a)
-                           .name("example.com").rr(type_soa, 3600, soa_rdata())
-                           .name("other.example").rr(type_soa, 60, soa_rdata());
+        const auto m = msg{}
+                           .header(1, 0x8183, 1, 0, 2, 0)
+                           .question("no.example.com", type_a)
+                           .name("example.com")
+                           .rr(type_soa, 3600, soa_rdata())
+                           .name("other.example")
+                           .rr(type_soa, 60, soa_rdata());
         const auto c = sanitize_answer(*parse_answer(m.b), 3600, 300);
         REQUIRE(c);
         CHECK(c->negative);
@@ -814,15 +865,20 @@ TEST_CASE("wire: sanitize_answer relays only what answers the question", "[wire]
     SECTION("refused: TC, an extended rcode") {
         const auto tc = msg{}.header(1, 0x8380, 1, 0, 0, 0).question("a.example", type_a);
         CHECK_FALSE(sanitize_answer(*parse_answer(tc.b), 3600, 300));
-        const auto ext = msg{}.header(1, 0x8180, 1, 0, 0, 1).question("a.example", type_a)
+        const auto ext = msg{}
+                             .header(1, 0x8180, 1, 0, 0, 1)
+                             .question("a.example", type_a)
                              .opt(1232, 0x01000000u);
         CHECK_FALSE(sanitize_answer(*parse_answer(ext.b), 3600, 300));
     }
 }
 
 TEST_CASE("wire: answer_for makes a clean answer the client's", "[wire]") {
-    const auto up = msg{}.header(1, 0x8180, 1, 1, 0, 0).question("www.example.com", type_a)
-                        .ptr(12).rr(type_a, 300, {1, 2, 3, 4});
+    const auto up = msg{}
+                        .header(1, 0x8180, 1, 1, 0, 0)
+                        .question("www.example.com", type_a)
+                        .ptr(12)
+                        .rr(type_a, 300, {1, 2, 3, 4});
     const auto c = sanitize_answer(*parse_answer(up.b), 3600, 300);
     REQUIRE(c);
     parse_result q = parse_query(query_header(1).question("wWw.EXAMPLE.com", type_a).opt().b);

@@ -51,11 +51,11 @@ TEST_CASE("punycode A-labels (RFC 3492)", "[psl]") {
     CHECK(to_a_label("bücher") == "xn--bcher-kva");
     CHECK(to_a_label("münchen") == "xn--mnchen-3ya");
     CHECK(to_a_label("ελ") == "xn--qxam");
-    CHECK_FALSE(to_a_label("\xff\xfe").has_value());   // not UTF-8
-    CHECK_FALSE(to_a_label("\xc0\xaf").has_value());   // overlong
-    CHECK_FALSE(to_a_label("\xed\xa0\x80").has_value());  // a surrogate
+    CHECK_FALSE(to_a_label("\xff\xfe").has_value());          // not UTF-8
+    CHECK_FALSE(to_a_label("\xc0\xaf").has_value());          // overlong
+    CHECK_FALSE(to_a_label("\xed\xa0\x80").has_value());      // a surrogate
     CHECK_FALSE(to_a_label("\xf4\x90\x80\x80").has_value());  // above U+10FFFF
-    CHECK_FALSE(to_a_label("b\xc3").has_value());  // truncated
+    CHECK_FALSE(to_a_label("b\xc3").has_value());             // truncated
 }
 
 TEST_CASE("PSL parsing: rules, wildcards, exceptions, junk skipped", "[psl]") {

@@ -44,8 +44,8 @@ TEST_CASE("replay: newly denied, newly allowed, unchanged, with counts", "[repla
     t.last_ts = "2026-11-29T11:00:00.000Z";
     t.requests = {
         req("api.example.com", 443, seen_outcome::allowed, 10),
-        req("api.example.com", 8443, seen_outcome::allowed, 2),   // port dropped: denied
-        req("old.example.com", 443, seen_outcome::allowed, 5),    // host dropped: denied
+        req("api.example.com", 8443, seen_outcome::allowed, 2),    // port dropped: denied
+        req("old.example.com", 443, seen_outcome::allowed, 5),     // host dropped: denied
         req("new.example.com", 443, seen_outcome::would_deny, 7),  // added: allowed
         req("evil.example", 443, seen_outcome::denied, 3),         // still denied
     };
@@ -100,13 +100,12 @@ TEST_CASE("replay: non-public addresses are checked as the proxy checks them", "
     wiki.kind = request_kind::http;
     wiki.method = "GET";
     wiki.address = "10.20.0.5";
-    t.requests = {wiki, req("intranet.example.com", 443, seen_outcome::denied, 2,
-                            "private_address")};
+    t.requests = {wiki,
+                  req("intranet.example.com", 443, seen_outcome::denied, 2, "private_address")};
     SECTION("resolves_to still covers the address: unchanged") {
-        const auto p = policy_of(
-            "      - { host: wiki.corp.example, ports: [80], protocol: http,\n"
-            "          resolves_to: [10.20.0.0/16] }\n"
-            "      - { host: intranet.example.com, ports: [443] }\n");
+        const auto p = policy_of("      - { host: wiki.corp.example, ports: [80], protocol: http,\n"
+                                 "          resolves_to: [10.20.0.0/16] }\n"
+                                 "      - { host: intranet.example.com, ports: [443] }\n");
         const replay_result r = replay(t, *p);
         CHECK(r.newly_denied.empty());
         CHECK(r.newly_allowed.empty());
@@ -151,7 +150,8 @@ TEST_CASE("replay: a non-public IP literal its cidr rule allows stays allowed", 
     CHECK(res.newly_denied.empty());
     CHECK(res.newly_allowed.empty());
     CHECK(res.same_allowed == 3);
-    const auto narrower = policy_of("      - { cidr: 10.2.0.0/16, ports: [5432], protocol: tcp }\n");
+    const auto narrower = policy_of(
+        "      - { cidr: 10.2.0.0/16, ports: [5432], protocol: tcp }\n");
     const replay_result gone = replay(t, *narrower);
     REQUIRE(gone.newly_denied.size() == 1);
     CHECK(gone.newly_denied[0].count == 3);

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "config/load.hpp"
 #include "config/learn/replay.hpp"
+#include "config/load.hpp"
 
 using namespace cordon::config;
 using namespace cordon::learn;
@@ -181,8 +181,8 @@ TEST_CASE("suggest: never wider than the registrable domain", "[suggest]") {
     seen_traffic t;
     t.job = "agent";
     for (const char* n : {"a", "b", "c", "d", "e"}) {
-        t.requests.push_back(req(std::string(n) + ".co.uk", 443));       // 5 domains
-        t.requests.push_back(req(std::string(n) + ".github.io", 443));   // 5 sites
+        t.requests.push_back(req(std::string(n) + ".co.uk", 443));           // 5 domains
+        t.requests.push_back(req(std::string(n) + ".github.io", 443));       // 5 sites
         t.requests.push_back(req(std::string(n) + ".s3.example.com", 443));  // 5 buckets
     }
     t.requests.push_back(req("api.example.com", 443));
@@ -214,10 +214,10 @@ TEST_CASE("suggest: IP literals, non-public space, the reserved name", "[suggest
     t.requests = {req("8.8.8.8", 853, seen_outcome::would_deny, 2),
                   req("2606:4700::1111", 443, seen_outcome::denied, 1),
                   http("1.1.1.1", 80, "GET"),
-                  req("10.0.0.5", 5432, seen_outcome::denied, 4),       // left out
-                  req("fd00::5", 5432, seen_outcome::denied, 2),        // left out
-                  req("10.1.0.9", 5432, seen_outcome::allowed, 6),      // a cidr rule opened it
-                  req("cordon.events", 80, seen_outcome::denied, 1),    // left out
+                  req("10.0.0.5", 5432, seen_outcome::denied, 4),     // left out
+                  req("fd00::5", 5432, seen_outcome::denied, 2),      // left out
+                  req("10.1.0.9", 5432, seen_outcome::allowed, 6),    // a cidr rule opened it
+                  req("cordon.events", 80, seen_outcome::denied, 1),  // left out
                   req("intranet.example.com", 443, seen_outcome::denied, 3)};
     t.requests.back().reason = "private_address";  // left out
     seen_request wiki = http("wiki.example.net", 80, "GET", seen_outcome::allowed, 9);
@@ -228,7 +228,8 @@ TEST_CASE("suggest: IP literals, non-public space, the reserved name", "[suggest
                                                "2606:4700::1111/128", "8.8.8.8/32"});
     CHECK(find_rule(s, "8.8.8.8/32")->proto == protocol::tcp);
     CHECK(find_rule(s, "1.1.1.1/32")->proto == protocol::http);
-    CHECK(find_rule(s, "wiki.example.net")->resolves_to == std::vector<std::string>{"10.20.0.5/32"});
+    CHECK(find_rule(s, "wiki.example.net")->resolves_to ==
+          std::vector<std::string>{"10.20.0.5/32"});
     REQUIRE(s.left_out.size() == 4);
     CHECK(s.left_out[0].target == "10.0.0.5:5432");
     CHECK(s.left_out[0].why.find("non-public address") != std::string::npos);
@@ -275,8 +276,8 @@ TEST_CASE("suggest then replay: the suggestion loads and denies nothing seen", "
     seen_traffic t;
     t.job = "agent";
     for (const char* n : {"a", "b", "c", "d", "e"}) {
-        t.requests.push_back(req(std::string(n) + ".cdn.example.org", 443,
-                                 seen_outcome::would_deny, 2));
+        t.requests.push_back(
+            req(std::string(n) + ".cdn.example.org", 443, seen_outcome::would_deny, 2));
     }
     t.requests.push_back(req("api.example.com", 443, seen_outcome::allowed, 4));
     t.requests.push_back(http("api.example.com", 80, "PUT", seen_outcome::denied, 1));
@@ -351,8 +352,7 @@ TEST_CASE("suggest: the JSON stays valid whatever bytes the audit log held", "[s
     CHECK(rule.at("methods").as_array().at(0).as_string() == "GE\x7fT");
     CHECK(v.at("not_learned").as_array().at(0).at("target").as_string() ==
           "evil\"\\\n\x1f" + fffd + fffd + ".example:443");
-    CHECK(v.at("dns_only").as_array().at(0).at("name").as_string() ==
-          "t\xe2\x80\xa8x" + fffd);
+    CHECK(v.at("dns_only").as_array().at(0).at("name").as_string() == "t\xe2\x80\xa8x" + fffd);
     CHECK(out.find("\\u0001") != std::string::npos);
     CHECK(out.find("\\u001f") != std::string::npos);
 }

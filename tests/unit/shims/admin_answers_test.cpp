@@ -23,10 +23,9 @@ TEST_CASE("admin answers: the job card", "[shim][admin_answers]") {
     CHECK(c->mint_file == "f");
     CHECK(c->revoke == "r");
 
-    const auto bare = parse_job_card(
-        R"({"filesystem":{"scratch":null,"never_write":[]},"env":[],)"
-        R"("identity":{"mint":null,"revoke":null}})",
-        err);
+    const auto bare = parse_job_card(R"({"filesystem":{"scratch":null,"never_write":[]},"env":[],)"
+                                     R"("identity":{"mint":null,"revoke":null}})",
+                                     err);
     REQUIRE(bare.has_value());
     CHECK(bare->scratch.empty());
     CHECK(bare->landlock_required);  // unless the card says optional

@@ -18,9 +18,9 @@ TEST_CASE("long-lived key shapes are recognised", "[shim][env]") {
     const row rows[] = {
         {"AKIAIOSFODNN7EXAMPLE", "AWS access key ID"},
         {"aws_access_key_id=ASIAY34FZKBOKMUTVV7A", "AWS access key ID"},
-        {"AKIAIOSFODNN7EXAMPL", nullptr},      // 15 after the prefix
-        {"AKIAIOSFODNN7EXAMPLEX", nullptr},    // 17: not that format
-        {"XAKIAIOSFODNN7EXAMPLE", nullptr},    // no word boundary
+        {"AKIAIOSFODNN7EXAMPL", nullptr},    // 15 after the prefix
+        {"AKIAIOSFODNN7EXAMPLEX", nullptr},  // 17: not that format
+        {"XAKIAIOSFODNN7EXAMPLE", nullptr},  // no word boundary
         {"ghp_" + gh36, "GitHub token"},
         {"gho_" + gh36, "GitHub token"},
         {"ghs_" + gh36, "GitHub token"},

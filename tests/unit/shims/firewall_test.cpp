@@ -129,7 +129,7 @@ TEST_CASE("firewall: IPv6 and wildcard listeners, no DNS", "[shim][firewall]") {
         CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv4 tcp dport 3128 accept"));
         CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv6 udp dport 53 accept"));
         CHECK(has(c, "\t\tfib daddr type local meta nfproto ipv6 tcp dport 53 accept"));
-        CHECK_FALSE(has(c, "\t\tmeta nfproto"));  // no rule matching any destination
+        CHECK_FALSE(has(c, "\t\tmeta nfproto"));          // no rule matching any destination
         CHECK_FALSE(has(r.ruleset, "cordon's replies"));  // a wildcard is this host's own
     }
     SECTION("only the unspecified address itself is a wildcard, not the rest of 0.0.0.0/8") {
@@ -201,10 +201,10 @@ TEST_CASE("firewall: --sandbox-cidr is strict", "[shim][firewall]") {
     // Starting inside loopback, not only holding 127.0.0.1: config::classify decides.
     CHECK(has(err("127.5.0.0/16"), "loopback"));
     CHECK(has(err("127.255.255.255/32"), "loopback"));
-    CHECK(has(err("::7f00:0/104"), "loopback"));  // IPv4-compatible 127.0.0.0/8
+    CHECK(has(err("::7f00:0/104"), "loopback"));          // IPv4-compatible 127.0.0.0/8
     CHECK(add_sandbox_cidr("128.0.0.0/1", out).empty());  // beside 127/8, not holding it
-    CHECK_FALSE(err("192.168.1.1/24").empty());  // host bits set
-    CHECK_FALSE(err("192.168.1.0").empty());     // no length
+    CHECK_FALSE(err("192.168.1.1/24").empty());           // host bits set
+    CHECK_FALSE(err("192.168.1.0").empty());              // no length
     CHECK_FALSE(err("192.168.1.0/33").empty());
     CHECK_FALSE(err("010.0.0.0/8").empty());
     CHECK_FALSE(err("10.0.0.0/8; flush ruleset").empty());
@@ -219,8 +219,8 @@ TEST_CASE("firewall: --cgroup paths", "[shim][firewall]") {
     CHECK(parse_cgroup_path("user.slice/user-1000.slice/app@x:1.scope", e) ==
           "user.slice/user-1000.slice/app@x:1.scope");
     for (const std::string_view bad :
-         {"", "/", "/sys/fs/cgroup", "/sys/fs/cgroup/", "a//b", "a/../b", "./a", "a b",
-          "a\"b", "a;b", "a/\nb", "/sys/fs/cgroupx/../a"}) {
+         {"", "/", "/sys/fs/cgroup", "/sys/fs/cgroup/", "a//b", "a/../b", "./a", "a b", "a\"b",
+          "a;b", "a/\nb", "/sys/fs/cgroupx/../a"}) {
         CAPTURE(bad);
         e.clear();
         CHECK_FALSE(parse_cgroup_path(bad, e));
@@ -307,10 +307,9 @@ TEST_CASE("firewall: interface and prefixes: other sources on the interface are 
                                    "\t\tip saddr @sandbox_v4 jump sandbox_to_cordon\n"));
     // Neighbour discovery (link-local sources) before the anti-spoof drop.
     CHECK(chain(t, "sandbox_iface") ==
-          nd_rule +
-              "\t\tip saddr != @sandbox_v4 drop comment \"source outside --sandbox-cidr\"\n"
-              "\t\tip6 saddr != @sandbox_v6 drop comment \"source outside --sandbox-cidr\"\n"
-              "\t\tjump sandbox_to_cordon");
+          nd_rule + "\t\tip saddr != @sandbox_v4 drop comment \"source outside --sandbox-cidr\"\n"
+                    "\t\tip6 saddr != @sandbox_v6 drop comment \"source outside --sandbox-cidr\"\n"
+                    "\t\tjump sandbox_to_cordon");
     // cordon's replies (conntrack) still come before any sandbox rule.
     const std::string input = chain(t, "input");
     CHECK(input.find("cordon's replies") < input.find("iifname"));
@@ -448,8 +447,7 @@ TEST_CASE("firewall: protocols by number, no /etc/protocols needed", "[shim][fir
                 value = t.substr(at + 10, close - at - 11);
             }
             INFO(value);
-            CHECK((value == "tcp" || value.find_first_not_of("0123456789, ") ==
-                                         std::string::npos));
+            CHECK((value == "tcp" || value.find_first_not_of("0123456789, ") == std::string::npos));
             ++seen;
         }
         CHECK(seen >= (s.kill ? 1u : 3u));

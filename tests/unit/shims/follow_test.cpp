@@ -29,8 +29,7 @@ TEST_CASE("sse: events split anywhere, CRLF or LF, comments ignored", "[shim][fo
     }
 }
 
-TEST_CASE("sse: an id-only block is kept: the resume point before any event",
-          "[shim][follow]") {
+TEST_CASE("sse: an id-only block is kept: the resume point before any event", "[shim][follow]") {
     sse_parser p;
     std::vector<sse_event> out;
     p.feed(": cordon events\n\nid: 41\n\nid: 42\nevent: revive\ndata: {}\n\n", out);
@@ -57,8 +56,7 @@ TEST_CASE("kill_reason: which events stop the agent", "[shim][follow]") {
         return sse_event{"1", std::move(type), std::move(data)};
     };
     const auto k = kill_reason(
-        ev("kill.session", R"({"session":"s-1","job":"j","reason":"runaway","by":"ops"})"),
-        "s-1");
+        ev("kill.session", R"({"session":"s-1","job":"j","reason":"runaway","by":"ops"})"), "s-1");
     REQUIRE(k.has_value());
     CHECK(*k == "session killed by ops: runaway");
     CHECK_FALSE(kill_reason(ev("kill.session", R"({"session":"s-2"})"), "s-1").has_value());
@@ -81,12 +79,10 @@ TEST_CASE("resume_lost_reason: a follower that lost its place never misses a kil
     const milliseconds down{3000};
     SECTION("nothing happened to the kill switch or the session: keep going") {
         CHECK_FALSE(resume_lost_reason(
-            lost(R"({"reason":"ahead","kill":{"engaged":false,"changed_ms_ago":null},)" + s1 +
-                 "}"),
+            lost(R"({"reason":"ahead","kill":{"engaged":false,"changed_ms_ago":null},)" + s1 + "}"),
             "s-1", down));
         CHECK_FALSE(resume_lost_reason(
-            lost(R"({"reason":"gone","kill":{"engaged":false,"changed_ms_ago":60000},)" + s1 +
-                 "}"),
+            lost(R"({"reason":"gone","kill":{"engaged":false,"changed_ms_ago":60000},)" + s1 + "}"),
             "s-1", down));
     }
     SECTION("the network kill is engaged now") {
@@ -98,8 +94,7 @@ TEST_CASE("resume_lost_reason: a follower that lost its place never misses a kil
     }
     SECTION("a kill and a revive inside the gap") {
         const auto why = resume_lost_reason(
-            lost(R"({"reason":"ahead","kill":{"engaged":false,"changed_ms_ago":2500},)" + s1 +
-                 "}"),
+            lost(R"({"reason":"ahead","kill":{"engaged":false,"changed_ms_ago":2500},)" + s1 + "}"),
             "s-1", down);
         REQUIRE(why);
         CHECK_THAT(*why, Catch::Matchers::Contains("a kill may have been missed"));

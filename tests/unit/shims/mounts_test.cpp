@@ -24,8 +24,7 @@ constexpr const char* mountinfo =
     "46 22 0:42 / relative rw - tmpfs t rw\n";
 }  // namespace
 
-TEST_CASE("mountinfo lines are parsed, escapes undone, malformed lines skipped",
-          "[shim][mounts]") {
+TEST_CASE("mountinfo lines are parsed, escapes undone, malformed lines skipped", "[shim][mounts]") {
     const auto m = parse_mountinfo(mountinfo);
     REQUIRE(m.size() == 10);
     CHECK(m[0].mount_point == "/");
@@ -45,10 +44,10 @@ TEST_CASE("data filesystems are kept, kernel interfaces are foreign", "[shim][mo
         CAPTURE(t);
         CHECK(is_data_fstype(t));
     }
-    for (const char* t : {"proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs",
-                          "securityfs", "cgroup", "cgroup2", "bpf", "configfs", "mqueue",
-                          "binfmt_misc", "autofs", "efivarfs", "pstore", "hugetlbfs",
-                          "fusectl", "", "ext4x", "fuse_"}) {
+    for (const char* t :
+         {"proc",     "sysfs",   "devtmpfs",  "devpts",   "debugfs", "tracefs",     "securityfs",
+          "cgroup",   "cgroup2", "bpf",       "configfs", "mqueue",  "binfmt_misc", "autofs",
+          "efivarfs", "pstore",  "hugetlbfs", "fusectl",  "",        "ext4x",       "fuse_"}) {
         CAPTURE(t);
         CHECK_FALSE(is_data_fstype(t));
     }

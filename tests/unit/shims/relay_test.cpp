@@ -39,8 +39,7 @@ TEST_CASE("dns relay: a query without EDNS gets the option too", "[shim][relay]"
     CHECK(p.value.q.qtype == cordon::dns::type_aaaa);
 }
 
-TEST_CASE("dns relay: malformed queries are answered locally, never relayed",
-          "[shim][relay]") {
+TEST_CASE("dns relay: malformed queries are answered locally, never relayed", "[shim][relay]") {
     SECTION("too short") {
         const std::vector<std::uint8_t> junk{1, 2, 3};
         const auto r = rewrite_dns_query(junk, "s-1:tok");

@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <stdexcept>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,8 +73,7 @@ class scripted_admin final : public cordon::shim::admin_port {
 public:
     std::vector<std::string> script;
     std::size_t calls = 0;
-    cordon::shim::admin_reply call(std::string_view, std::string_view,
-                                   std::string_view) override {
+    cordon::shim::admin_reply call(std::string_view, std::string_view, std::string_view) override {
         const std::string next = calls < script.size() ? script[calls] : "500";
         ++calls;
         if (next == "throw") {

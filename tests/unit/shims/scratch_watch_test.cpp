@@ -53,9 +53,7 @@ struct seen {
     }
 };
 
-void write_file(const fs::path& p, const std::string& text) {
-    std::ofstream(p) << text;
-}
+void write_file(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 template <typename F>
 bool eventually(F f) {
@@ -188,7 +186,7 @@ TEST_CASE("printable_path: valid UTF-8 kept, invalid bytes escaped", "[shim][scr
     using cordon::shim::printable_path;
     CHECK(printable_path("/s/a b/\xc3\xa9t\xc3\xa9.txt") == "/s/a b/\xc3\xa9t\xc3\xa9.txt");
     CHECK(printable_path("/s/\xff") == "/s/\\xFF");
-    CHECK(printable_path("/s/\xc3") == "/s/\\xC3");            // truncated sequence
+    CHECK(printable_path("/s/\xc3") == "/s/\\xC3");                    // truncated sequence
     CHECK(printable_path("/s/\xed\xa0\x80") == "/s/\\xED\\xA0\\x80");  // a surrogate
     CHECK(printable_path("") == "");
 }

@@ -51,8 +51,8 @@ TEST_CASE("alert_summary: one paragraph for a person", "[alert_payload]") {
 
 TEST_CASE("alert_summary: hostile targets are inert in chat markup", "[alert_payload]") {
     denial_alert a = sample();
-    a.top_targets = {{"<!channel>&<https://evil|click>`*_~\n" + std::string(200, 'x'),
-                      "connect", 1}};
+    a.top_targets = {
+        {"<!channel>&<https://evil|click>`*_~\n" + std::string(200, 'x'), "connect", 1}};
     const std::string s = alert_summary(a);
     CHECK(s.find('<') == std::string::npos);
     CHECK(s.find('>') == std::string::npos);

@@ -271,8 +271,7 @@ denial_event weighted(std::int64_t t, std::string session, std::uint64_t count,
     return e;
 }
 
-TEST_CASE("denial_bursts: an event with a count stands for that many denials",
-          "[denial_bursts]") {
+TEST_CASE("denial_bursts: an event with a count stands for that many denials", "[denial_bursts]") {
     denial_bursts b(settings(60'000, 30, 3, 10'000));  // a burst: 3 within 10 s
     SECTION("count reaching the threshold at once starts a burst, once") {
         CHECK(b.add(weighted(0, "s-1", 5)));
@@ -291,7 +290,7 @@ TEST_CASE("denial_bursts: an event with a count stands for that many denials",
         CHECK(b.add(ev(9000, "s-1")));  // 2 at 0 s + 1 at 9 s
     }
     SECTION("a count's denials all happen at the event's time: they age out together") {
-        CHECK(b.add(weighted(0, "s-1", 1000)));  // 3 entries of the ring at 0 s, not 1000
+        CHECK(b.add(weighted(0, "s-1", 1000)));          // 3 entries of the ring at 0 s, not 1000
         CHECK_FALSE(b.add(weighted(10'001, "s-1", 2)));  // ring 0, 10.001, 10.001: 10.001 s
         CHECK(b.add(ev(10'002, "s-1")));                 // now 3 within 1 ms
     }

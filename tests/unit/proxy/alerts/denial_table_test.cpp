@@ -32,9 +32,9 @@ TEST_CASE("deny reason labels: the enum's names, the resolver's, and other", "[d
     std::set<std::string_view> unique(labels.begin(), labels.end());
     CHECK(unique.size() == labels.size());
     CHECK(unique.count("none") == 0);
-    for (const auto* name : {"no_rule", "port", "private_address", "sni_mismatch", "kill_switch",
-                             "session_killed", "token_expired", "bad_request", "no_session",
-                             "qtype", "audit_unavailable"}) {
+    for (const auto* name :
+         {"no_rule", "port", "private_address", "sni_mismatch", "kill_switch", "session_killed",
+          "token_expired", "bad_request", "no_session", "qtype", "audit_unavailable"}) {
         INFO(name);
         CHECK(labels[deny_reason_label(name)] == name);
     }
@@ -66,8 +66,8 @@ TEST_CASE("denial_table: counts per job and target, with reasons, kinds and time
     CHECK(web.top[0].last_seen == t0 + 5s);
     const auto labels = deny_reason_labels();
     CHECK(labels[web.top[0].last_reason] == "port");
-    CHECK(web.top[0].reasons == ((1U << deny_reason_label("no_rule")) |
-                                 (1U << deny_reason_label("port"))));
+    CHECK(web.top[0].reasons ==
+          ((1U << deny_reason_label("no_rule")) | (1U << deny_reason_label("port"))));
     CHECK(web.top[0].kinds == 0b011);  // connect and http
     CHECK(web.top[1].kinds == 0b100);  // dns
 
@@ -79,8 +79,7 @@ TEST_CASE("denial_table: counts per job and target, with reasons, kinds and time
     CHECK(t.snapshot(std::nullopt, 1)[2].top.size() == 1);
 }
 
-TEST_CASE("denial_table: bounded per job, Space-Saving keeps the heavy hitters",
-          "[denial_table]") {
+TEST_CASE("denial_table: bounded per job, Space-Saving keeps the heavy hitters", "[denial_table]") {
     denial_table::limits l;
     l.per_job = 4;
     denial_table t(l);
@@ -115,8 +114,7 @@ TEST_CASE("denial_table: bounded per job, Space-Saving keeps the heavy hitters",
     CHECK(last->first_seen == t0 + 999s);
 }
 
-TEST_CASE("denial_table: bounded jobs and target length, printable targets",
-          "[denial_table]") {
+TEST_CASE("denial_table: bounded jobs and target length, printable targets", "[denial_table]") {
     denial_table::limits l;
     l.max_jobs = 3;
     l.max_target = 16;
@@ -142,8 +140,8 @@ TEST_CASE("denial_table: concurrent records lose nothing", "[denial_table]") {
     for (int i = 0; i < 4; ++i) {
         threads.emplace_back([&t, i] {
             for (int n = 0; n < 5000; ++n) {
-                t.record(i % 2 == 0 ? "a" : "b", "h" + std::to_string(n % 20), "no_rule",
-                         "connect", t0);
+                t.record(i % 2 == 0 ? "a" : "b", "h" + std::to_string(n % 20), "no_rule", "connect",
+                         t0);
                 if (n % 500 == 0) {
                     static_cast<void>(t.snapshot());
                 }

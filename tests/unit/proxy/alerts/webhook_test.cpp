@@ -59,8 +59,8 @@ TEST_CASE("denial_notifier: says where alerts go without the URL's secrets", "[w
                                                "a burst is 10 denials within 1m)"));
     CHECK_THAT(said, Catch::Matchers::Contains("denial alerts go to http://127.0.0.1:9 "));
     CHECK_THAT(said, Catch::Matchers::Contains("webhook: off"));
-    for (const char* secret : {"PATHSECRET", "QUERYSECRET", "HEADERSECRET", "OTHERSECRET",
-                               "services", "token"}) {
+    for (const char* secret :
+         {"PATHSECRET", "QUERYSECRET", "HEADERSECRET", "OTHERSECRET", "services", "token"}) {
         CHECK(said.find(secret) == std::string::npos);
     }
     std::size_t lines = 0;
@@ -106,7 +106,7 @@ TEST_CASE("denial_notifier: bursts are counted without a webhook", "[webhook]") 
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // > 5 ticks of 50 ms
     CHECK(burst_jobs().empty());
     n.submit("agent", "s-1", "no_rule", "evil.example:443", "connect");  // the 10th
-    n.submit("other", "s-3", "port", "exfil.test", "dns", 25);          // 25 at once
+    n.submit("other", "s-3", "port", "exfil.test", "dns", 25);           // 25 at once
     for (int i = 0; i < 20; ++i) {  // the burst of s-1 goes on: not counted again
         n.submit("agent", "s-1", "no_rule", "evil.example:443", "connect");
     }

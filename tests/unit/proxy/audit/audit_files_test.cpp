@@ -36,12 +36,13 @@ TEST_CASE("audit files: names", "[audit_files]") {
     }
     CHECK(parse_audit_file_name("cordon-1970-01-01.jsonl")->day == 0);
     CHECK(parse_audit_file_name("cordon-2024-02-29.jsonl"));
-    for (const char* bad :
-         {"cordon-2026-11-29.jsonl.gz", "cordon-2026-11-29.p0000.jsonl", "cordon-2026-11-29.p1.jsonl",
-          "cordon-2026-11-29.p10000.jsonl", "cordon-2026-11-29.1.jsonl", "cordon-2026-11-29.q0001.jsonl",
-          "cordon-2026-11-29.p00a1.jsonl", "cordon-2026-11-29.p+001.jsonl", "cordon-2026-13-01.jsonl",
-          "cordon-2025-02-29.jsonl", "cordon-+026-11-29.jsonl", "cordon-2026-1-029.jsonl",
-          "cordon-2026-11-29", "other-2026-11-29.jsonl", "cordon-.jsonl", ""}) {
+    for (const char* bad : {"cordon-2026-11-29.jsonl.gz", "cordon-2026-11-29.p0000.jsonl",
+                            "cordon-2026-11-29.p1.jsonl", "cordon-2026-11-29.p10000.jsonl",
+                            "cordon-2026-11-29.1.jsonl", "cordon-2026-11-29.q0001.jsonl",
+                            "cordon-2026-11-29.p00a1.jsonl", "cordon-2026-11-29.p+001.jsonl",
+                            "cordon-2026-13-01.jsonl", "cordon-2025-02-29.jsonl",
+                            "cordon-+026-11-29.jsonl", "cordon-2026-1-029.jsonl",
+                            "cordon-2026-11-29", "other-2026-11-29.jsonl", "cordon-.jsonl", ""}) {
         INFO(bad);
         CHECK_FALSE(parse_audit_file_name(bad));
     }
@@ -49,7 +50,8 @@ TEST_CASE("audit files: names", "[audit_files]") {
 
 TEST_CASE("audit files: names sort in write order", "[audit_files]") {
     std::vector<std::string> names;
-    for (const std::int64_t d : {day_number(2026y / 11 / 28), day_number(2026y / 11 / 29), day_number(2026y / 12 / 1)}) {
+    for (const std::int64_t d :
+         {day_number(2026y / 11 / 28), day_number(2026y / 11 / 29), day_number(2026y / 12 / 1)}) {
         for (const unsigned part : {0u, 1u, 2u, 10u, 123u, 9999u}) {
             names.push_back(audit_file_name({d, part}));
         }
@@ -64,13 +66,13 @@ TEST_CASE("audit files: listing", "[audit_files]") {
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
     const fs::path dir = tmpl;
     const std::int64_t d = day_number(2026y / 11 / 29);
-    for (const auto& name : {audit_file_name({d, 2}), audit_file_name({d + 1, 0}),
-                             audit_file_name({d, 0}), audit_file_name({d, 10}),
-                             audit_file_name({d, 1}), std::string("notes.txt")}) {
+    for (const auto& name :
+         {audit_file_name({d, 2}), audit_file_name({d + 1, 0}), audit_file_name({d, 0}),
+          audit_file_name({d, 10}), audit_file_name({d, 1}), std::string("notes.txt")}) {
         std::ofstream(dir / name) << "{}\n";
     }
-    fs::create_directory(dir / audit_file_name({d, 3}));                       // a directory
-    fs::create_symlink(dir / "notes.txt", dir / audit_file_name({d, 4}));      // a symlink
+    fs::create_directory(dir / audit_file_name({d, 3}));                   // a directory
+    fs::create_symlink(dir / "notes.txt", dir / audit_file_name({d, 4}));  // a symlink
     std::string error;
     const auto files = list_audit_files(dir.string(), error);
     CHECK(error.empty());

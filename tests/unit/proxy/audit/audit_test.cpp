@@ -1,7 +1,7 @@
 // Tests of the audit log: JSON escaping, records with redaction, and the daily-file writer
 // (in a temporary directory under /tmp, removed afterwards).
-#include "common/time.hpp"
 #include "proxy/audit/audit.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -240,8 +240,8 @@ TEST_CASE("audit: many fields, replaced past the first sixteen", "[audit]") {
         r.add("f" + std::to_string(i), "v" + std::to_string(i));
     }
     for (int i = 0; i < 40; ++i) {
-        want += ",\"f" + std::to_string(i) + "\":" +
-                (i % 3 == 0 ? "\"v" + std::to_string(i) + "\"" : std::to_string(i));
+        want += ",\"f" + std::to_string(i) +
+                "\":" + (i % 3 == 0 ? "\"v" + std::to_string(i) + "\"" : std::to_string(i));
     }
     CHECK(r.size() == 40);
     CHECK(r.to_json_line() == want + "}\n");
@@ -255,8 +255,10 @@ TEST_CASE("audit: a value seen before is redacted the same way again", "[audit]"
     const std::string token = "ghp_" + std::string(36, 'a');
     for (int round = 0; round < 3; ++round) {
         audit_record r("e", fixed_ts);
-        r.add("message", "plain words").add("message2", "key " + token)
-            .add("target", "http://u:p@h/x?token=abc").add("target2", "h:80")
+        r.add("message", "plain words")
+            .add("message2", "key " + token)
+            .add("target", "http://u:p@h/x?token=abc")
+            .add("target2", "h:80")
             .add("authorization", "plain words");
         const std::string line = r.to_json_line();
         CHECK(line.find("\"message\":\"plain words\"") != std::string::npos);
@@ -492,15 +494,9 @@ TEST_CASE("audit: retention prunes only old cordon-*.jsonl files", "[audit]") {
         day_file(now - 24h * 400),
     };
     const std::vector<std::string> kept{
-        day_file(now - 24h * 89),
-        day_file(now - 24h),
-        "cordon-2000-01-01.jsonl.gz",
-        "cordon-2000-13-01.jsonl",
-        "cordon-2000-02-30.jsonl",
-        "cordon-bogus.jsonl",
-        "cordon-2000-1-01.jsonl",
-        "other-2000-01-01.jsonl",
-        "notes.txt",
+        day_file(now - 24h * 89),  day_file(now - 24h),       "cordon-2000-01-01.jsonl.gz",
+        "cordon-2000-13-01.jsonl", "cordon-2000-02-30.jsonl", "cordon-bogus.jsonl",
+        "cordon-2000-1-01.jsonl",  "other-2000-01-01.jsonl",  "notes.txt",
     };
     for (const auto& name : old) {
         touch(name);
@@ -754,8 +750,8 @@ TEST_CASE("audit: a day's file continues in parts beyond max_file_bytes", "[audi
     }
     std::vector<std::uintmax_t> sizes;
     CHECK(numbers_in_parts(tmp.path, now, sizes) == want);
-    CHECK(sizes == std::vector<std::uintmax_t>{3 * line_size, 3 * line_size, 3 * line_size,
-                                               2 * line_size});
+    CHECK(sizes ==
+          std::vector<std::uintmax_t>{3 * line_size, 3 * line_size, 3 * line_size, 2 * line_size});
     CHECK_FALSE(fs::exists(tmp.path / part_file(now, 4)));
 
     SECTION("a restart continues the day's last part") {
@@ -800,13 +796,11 @@ TEST_CASE("audit: retention prunes every part of old days", "[audit][rotation]")
     const std::vector<std::string> old{part_file(now - 24h * 91, 0), part_file(now - 24h * 91, 1),
                                        part_file(now - 24h * 91, 12),
                                        part_file(now - 24h * 400, 9999)};
-    const std::vector<std::string> kept{part_file(now - 24h * 89, 0), part_file(now - 24h * 89, 3),
-                                        part_file(now - 24h, 1),
-                                        // not names the log makes: left alone
-                                        "cordon-2000-01-01.p0000.jsonl",
-                                        "cordon-2000-01-01.p1.jsonl",
-                                        "cordon-2000-01-01.1.jsonl",
-                                        "cordon-2000-01-01.p10000.jsonl"};
+    const std::vector<std::string> kept{
+        part_file(now - 24h * 89, 0), part_file(now - 24h * 89, 3), part_file(now - 24h, 1),
+        // not names the log makes: left alone
+        "cordon-2000-01-01.p0000.jsonl", "cordon-2000-01-01.p1.jsonl", "cordon-2000-01-01.1.jsonl",
+        "cordon-2000-01-01.p10000.jsonl"};
     for (const auto& n : old) {
         touch(n);
     }

@@ -1,7 +1,7 @@
 // Tests of `cordon audit timeline`'s reader: time arguments, the scan, ordering and the
 // human-readable lines.
-#include "common/time.hpp"
 #include "proxy/audit/audit_timeline.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -64,9 +64,9 @@ TEST_CASE("timeline: time arguments", "[timeline]") {
     CHECK(parse_time_arg("30m", now) == now - 30min);
     CHECK(parse_time_arg("1h30m", now) == now - 90min);
     CHECK(parse_time_arg("2d", now) == now - 48h);
-    for (const char* bad : {"", "yesterday", "2026-11-29T15:20:18", "2026-13-01", "2026-11-29T25:00:00Z",
-                            "2026-11-29T15:20Z", "2026-11-29T15:20:18.Z", "2026-11-29T15:20:18+2",
-                            "-2h", "2h ago", "2026-11-29Z"}) {
+    for (const char* bad : {"", "yesterday", "2026-11-29T15:20:18", "2026-13-01",
+                            "2026-11-29T25:00:00Z", "2026-11-29T15:20Z", "2026-11-29T15:20:18.Z",
+                            "2026-11-29T15:20:18+2", "-2h", "2h ago", "2026-11-29Z"}) {
         INFO(bad);
         CHECK_FALSE(parse_time_arg(bad, now));
     }
@@ -86,7 +86,9 @@ TEST_CASE("timeline: the scan finds the session's lines and nothing else", "[tim
     data += line("conn.close", utc(d, 2s), "s-a", "target", "a.example:443");  // written late
     data += line("kill.session", utc(d, 6s), "s-a", "reason", "done");
     data += line("revive", utc(d, 7s), "", "reason", "after the session");
-    data += "{\"ts\":\"2026-11-29T00:00:08.000Z\",\"event\":\"conn.open\",\"session\":\"s-a\"";  // being written
+    data +=
+        "{\"ts\":\"2026-11-29T00:00:08.000Z\",\"event\":\"conn.open\",\"session\":\"s-a\"";  // being
+                                                                                             // written
 
     timeline_query q;
     q.session = "s-a";
@@ -97,7 +99,7 @@ TEST_CASE("timeline: the scan finds the session's lines and nothing else", "[tim
     CHECK(stats.bytes == data.size());
     finish_timeline(out);
     CHECK(events_of(out) == std::vector<std::string>{"session.create", "conn.close", "conn.open",
-                                                      "kill.network", "kill.session"});
+                                                     "kill.network", "kill.session"});
     CHECK(out[3].network);
     CHECK_FALSE(out[4].network);
 
@@ -107,8 +109,8 @@ TEST_CASE("timeline: the scan finds the session's lines and nothing else", "[tim
         out.clear();
         scan_timeline(data, q, out, stats);
         finish_timeline(out);
-        CHECK(events_of(out) == std::vector<std::string>{"conn.close", "conn.open", "kill.network",
-                                                          "kill.session"});
+        CHECK(events_of(out) ==
+              std::vector<std::string>{"conn.close", "conn.open", "kill.network", "kill.session"});
         q.until = utc(d, 5s);  // the network kill is after the last event left: not shown
         out.clear();
         scan_timeline(data, q, out, stats);
@@ -165,7 +167,7 @@ TEST_CASE("timeline: read_timeline reads days and parts in order", "[timeline]")
     CHECK(error.empty());
     CHECK(stats.files == 5);
     CHECK(events_of(ev) == std::vector<std::string>{"session.create", "token.mint", "conn.open",
-                                                     "conn.close", "kill.session"});
+                                                    "conn.close", "kill.session"});
     SECTION("--since skips the files of earlier days unread") {
         q.since = utc(d + days{1}, 1500ms);
         timeline_stats s2;
@@ -186,32 +188,50 @@ TEST_CASE("timeline: read_timeline reads days and parts in order", "[timeline]")
 TEST_CASE("timeline: one readable line per event", "[timeline]") {
     const auto fmt = [](std::string_view json) { return format_timeline_event(json); };
     const std::string ts = R"("ts":"2026-11-29T15:20:18.123Z",)";
-    CHECK(fmt("{" + ts + R"("event":"conn.close","session":"s-1","job":"j","client":"c","target":"api.example.com:443","method":"CONNECT","ip":"1.2.3.4","bytes_up":1536,"bytes_down":3565158,"duration_ms":1200,"reason":"done"})") ==
-          "2026-11-29T15:20:18.123Z  conn.close     CONNECT api.example.com:443 up 1.5 KiB, "
-          "down 3.4 MiB, 1.20 s (done)");
-    CHECK(fmt("{" + ts + R"("event":"conn.deny","session":"s-1","target":"evil.example:443","reason":"no_rule","status":403})") ==
-          "2026-11-29T15:20:18.123Z  conn.deny      evil.example:443 denied: no_rule (403)");
-    CHECK(fmt("{" + ts + R"("event":"tool.call","session":"s-1","tool":"web.fetch","arguments":"{\"url\":\"https://x\"}","via":"proxy"})") ==
-          R"(2026-11-29T15:20:18.123Z  tool.call      web.fetch {"url":"https://x"}  [via proxy])");
-    CHECK(fmt("{" + ts + R"("event":"kill.session","session":"s-1","reason":"exfil","by":"alice","tokens_revoked":1,"connections_closed":2})") ==
-          "2026-11-29T15:20:18.123Z  kill.session   by alice: exfil (2 connections closed, 1 "
-          "tokens revoked)");
-    CHECK(fmt("{" + ts + R"("event":"dns.deny","session":"s-1","name":"evil.example","type":"A","reason":"no_rule"})") ==
-          "2026-11-29T15:20:18.123Z  dns.deny       evil.example A denied: no_rule");
-    CHECK(fmt("{" + ts + R"("event":"dns.query","session":"s-1","name":"a.example","type":"AAAA","rcode":"NOERROR","cached":true})") ==
-          "2026-11-29T15:20:18.123Z  dns.query      a.example AAAA -> NOERROR, cached");
-    CHECK(fmt("{" + ts + R"("event":"session.create","session":"s-1","job":"j","by":"admin:127.0.0.1","expires_at":"X"})") ==
-          "2026-11-29T15:20:18.123Z  session.create job j, by admin:127.0.0.1, expires X");
-    CHECK(fmt("{" + ts + R"("event":"token.mint","session":"s-1","token_id":"t-1","expires_at":"X"})") ==
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"conn.close","session":"s-1","job":"j","client":"c","target":"api.example.com:443","method":"CONNECT","ip":"1.2.3.4","bytes_up":1536,"bytes_down":3565158,"duration_ms":1200,"reason":"done"})") ==
+        "2026-11-29T15:20:18.123Z  conn.close     CONNECT api.example.com:443 up 1.5 KiB, "
+        "down 3.4 MiB, 1.20 s (done)");
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"conn.deny","session":"s-1","target":"evil.example:443","reason":"no_rule","status":403})") ==
+        "2026-11-29T15:20:18.123Z  conn.deny      evil.example:443 denied: no_rule (403)");
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"tool.call","session":"s-1","tool":"web.fetch","arguments":"{\"url\":\"https://x\"}","via":"proxy"})") ==
+        R"(2026-11-29T15:20:18.123Z  tool.call      web.fetch {"url":"https://x"}  [via proxy])");
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"kill.session","session":"s-1","reason":"exfil","by":"alice","tokens_revoked":1,"connections_closed":2})") ==
+        "2026-11-29T15:20:18.123Z  kill.session   by alice: exfil (2 connections closed, 1 "
+        "tokens revoked)");
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"dns.deny","session":"s-1","name":"evil.example","type":"A","reason":"no_rule"})") ==
+        "2026-11-29T15:20:18.123Z  dns.deny       evil.example A denied: no_rule");
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"dns.query","session":"s-1","name":"a.example","type":"AAAA","rcode":"NOERROR","cached":true})") ==
+        "2026-11-29T15:20:18.123Z  dns.query      a.example AAAA -> NOERROR, cached");
+    CHECK(
+        fmt("{" + ts +
+            R"("event":"session.create","session":"s-1","job":"j","by":"admin:127.0.0.1","expires_at":"X"})") ==
+        "2026-11-29T15:20:18.123Z  session.create job j, by admin:127.0.0.1, expires X");
+    CHECK(fmt("{" + ts +
+              R"("event":"token.mint","session":"s-1","token_id":"t-1","expires_at":"X"})") ==
           "2026-11-29T15:20:18.123Z  token.mint     token t-1, expires X");
-    CHECK(fmt("{" + ts + R"("event":"file.write","session":"s-1","path":"/scratch/out.md","bytes":10})") ==
+    CHECK(fmt("{" + ts +
+              R"("event":"file.write","session":"s-1","path":"/scratch/out.md","bytes":10})") ==
           "2026-11-29T15:20:18.123Z  file.write     /scratch/out.md (bytes=10)");
-    CHECK(fmt("{" + ts + R"("event":"kill.network","reason":"r","by":"b","connections_closed":3})") ==
-          "2026-11-29T15:20:18.123Z  kill.network   all egress, by b: r (3 connections closed)");
+    CHECK(
+        fmt("{" + ts + R"("event":"kill.network","reason":"r","by":"b","connections_closed":3})") ==
+        "2026-11-29T15:20:18.123Z  kill.network   all egress, by b: r (3 connections closed)");
     CHECK(fmt("{" + ts + R"("event":"something.new","session":"s-1","a":1,"b":"x"})") ==
           "2026-11-29T15:20:18.123Z  something.new  a=1 b=x");
     // A hostile value cannot forge a line or move the cursor.
-    CHECK(fmt("{" + ts + R"("event":"conn.deny","target":"x\n2026 forged\u001b[2J","reason":"no_rule"})") ==
+    CHECK(fmt("{" + ts +
+              R"("event":"conn.deny","target":"x\n2026 forged\u001b[2J","reason":"no_rule"})") ==
           "2026-11-29T15:20:18.123Z  conn.deny      x\\x0a2026 forged\\x1b[2J denied: no_rule");
     // Long tool arguments are clipped in the text form.
     const std::string long_args = std::string(500, 'a');
@@ -250,7 +270,8 @@ TEST_CASE("timeline: find_needles finds what a naive search finds", "[timeline]"
         }
         std::vector<std::size_t> want;
         for (const auto& n : needles) {
-            for (std::size_t at = data.find(n); at != std::string::npos; at = data.find(n, at + 1)) {
+            for (std::size_t at = data.find(n); at != std::string::npos;
+                 at = data.find(n, at + 1)) {
                 want.push_back(at);
             }
         }

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "common/time.hpp"
-#include "config/load.hpp"
 #include "config/learn/public_suffix.hpp"
 #include "config/learn/replay.hpp"
 #include "config/learn/suggest.hpp"
+#include "config/load.hpp"
 #include "proxy/audit/audit_timeline.hpp"  // parse_time_arg
 
 using namespace cordon;
@@ -62,7 +62,7 @@ const std::string lines =
     R"({"ts":"2026-11-29T10:00:15.000Z","event":"conn.open","session":"s-3","job":"agent","target":"late.example.com:443")";
 
 const learn::seen_request* find(const learn::seen_traffic& t, std::string_view host,
-                                 std::uint16_t port) {
+                                std::uint16_t port) {
     for (const auto& r : t.requests) {
         if (r.host == host && r.port == port) {
             return &r;
@@ -148,17 +148,17 @@ TEST_CASE("audit traffic: --since and --until bound the records", "[audit_traffi
     CHECK(t.last_ts == "2026-11-29T10:00:04.000Z");
 }
 
-TEST_CASE("audit traffic: job names are compared as written, escapes and all",
-          "[audit_traffic]") {
+TEST_CASE("audit traffic: job names are compared as written, escapes and all", "[audit_traffic]") {
     traffic_query q;
     q.job = "we\"ird";
     traffic_collector c(q);
     traffic_stats stats;
-    c.scan(R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","job":"we\"ird","target":"a.example:443","method":"CONNECT"})"
-           "\n"
-           R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","job":"we","target":"b.example:443","method":"CONNECT"})"
-           "\n",
-           stats);
+    c.scan(
+        R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","job":"we\"ird","target":"a.example:443","method":"CONNECT"})"
+        "\n"
+        R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","job":"we","target":"b.example:443","method":"CONNECT"})"
+        "\n",
+        stats);
     const learn::seen_traffic t = c.finish();
     REQUIRE(t.requests.size() == 1);
     CHECK(t.requests[0].host == "a.example");
@@ -331,9 +331,8 @@ TEST_CASE("audit traffic -> suggest -> replay: every address a name resolved to"
         CHECK(r.same_denied == 1);
     }
     SECTION("every recorded address covered: a denial becomes newly allowed") {
-        const auto p = policy(
-            "      - { host: db.test, ports: [5432], protocol: tcp,\n"
-            "          resolves_to: [10.0.0.0/8, \"fd00::/8\"] }\n");
+        const auto p = policy("      - { host: db.test, ports: [5432], protocol: tcp,\n"
+                              "          resolves_to: [10.0.0.0/8, \"fd00::/8\"] }\n");
         const learn::replay_result r = learn::replay(t, *p);
         REQUIRE(r.newly_allowed.size() == 1);
         CHECK(r.newly_allowed[0].target == "db.test:5432");

@@ -50,20 +50,46 @@ TEST_CASE("redact: secret_query_name knows every documented name", "[redact]") {
 }
 
 TEST_CASE("redact: secret_field_name is strict enough for audit fields", "[redact]") {
-    for (const char* name :
-         {"token", "secret", "authorization", "Authorization", "proxy-authorization",
-          "Proxy-Authorization", "password", "credential", "credentials", "cookie", "set-cookie",
-          "Set-Cookie", "api_key", "apikey", "x-api-key", "X-Api-Key", "access_token",
-          "accessToken", "refresh_token", "client_secret", "clientSecret", "private_key",
-          "x-amz-security-token", "X-Auth-Token", "pwd", "pass", "sig", "passwd", "tokens",
-          "x-amz-signature", "ssh_keys", "oauth"}) {
+    for (const char* name : {"token",
+                             "secret",
+                             "authorization",
+                             "Authorization",
+                             "proxy-authorization",
+                             "Proxy-Authorization",
+                             "password",
+                             "credential",
+                             "credentials",
+                             "cookie",
+                             "set-cookie",
+                             "Set-Cookie",
+                             "api_key",
+                             "apikey",
+                             "x-api-key",
+                             "X-Api-Key",
+                             "access_token",
+                             "accessToken",
+                             "refresh_token",
+                             "client_secret",
+                             "clientSecret",
+                             "private_key",
+                             "x-amz-security-token",
+                             "X-Auth-Token",
+                             "pwd",
+                             "pass",
+                             "sig",
+                             "passwd",
+                             "tokens",
+                             "x-amz-signature",
+                             "ssh_keys",
+                             "oauth"}) {
         INFO(name);
         CHECK(secret_field_name(name));
     }
     for (const char* name :
-         {"session", "token_id", "tokenId", "job", "client", "host", "reason", "author",
-          "exit_code", "code", "bytes_up", "event", "ts", "url", "rule", "decision",
-          "tokens_minted", "expires_at", "by", "ip", "port", "authenticated", ""}) {
+         {"session",       "token_id",  "tokenId",       "job",        "client", "host", "reason",
+          "author",        "exit_code", "code",          "bytes_up",   "event",  "ts",   "url",
+          "rule",          "decision",  "tokens_minted", "expires_at", "by",     "ip",   "port",
+          "authenticated", ""}) {
         INFO(name);
         CHECK_FALSE(secret_field_name(name));
     }
@@ -315,16 +341,15 @@ TEST_CASE("redact: redact_text is linear on hostile input", "[redact]") {
 TEST_CASE("redact: every secret word, in any case and position, hides a query value",
           "[redact][contract]") {
     const std::string secret_value = "S3cr3tV4lue" + rep('q', 12);
-    for (const std::string word : {"token", "key", "secret", "password", "sig", "auth",
-                                   "credential"}) {
+    for (const std::string word :
+         {"token", "key", "secret", "password", "sig", "auth", "credential"}) {
         std::string upper;
         for (const char c : word) {
             upper.push_back(static_cast<char>(c - 'a' + 'A'));
         }
         std::string mixed = upper.substr(0, 1) + word.substr(1);
-        for (const std::string& name :
-             {word, upper, mixed, "x_" + word, word + "_x", "my" + mixed + "Value",
-              "X-" + upper + "-Id", word + "s"}) {
+        for (const std::string& name : {word, upper, mixed, "x_" + word, word + "_x",
+                                        "my" + mixed + "Value", "X-" + upper + "-Id", word + "s"}) {
             INFO(name);
             CHECK(secret_query_name(name));
             const std::string url = "https://h.example/p?q=1&" + name + "=" + secret_value +

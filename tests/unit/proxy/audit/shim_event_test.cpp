@@ -1,5 +1,5 @@
-#include "common/time.hpp"
 #include "proxy/audit/shim_event.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -11,7 +11,8 @@ using cordon::proxy::audit::parse_shim_event;
 namespace {
 std::string line(std::string_view body) {
     std::string err;
-    const auto r = parse_shim_event(body, "s-1", "j", cordon::common::wall_clock::time_point{}, err);
+    const auto r = parse_shim_event(body, "s-1", "j", cordon::common::wall_clock::time_point{},
+                                    err);
     return r ? r->to_json_line() : "ERROR: " + err;
 }
 }  // namespace

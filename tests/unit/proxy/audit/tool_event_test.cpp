@@ -1,7 +1,7 @@
 // Tests of tool.call events: parsing and bounds, redaction of the arguments, the record,
 // and the reserved name of the proxy.
-#include "common/time.hpp"
 #include "proxy/audit/tool_event.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -83,11 +83,13 @@ TEST_CASE("tool events: malformed bodies are refused with a reason", "[tool_even
         {"number arguments", R"({"event":"tool.call","tool":"x","arguments":5})",
          "\"arguments\" must be"},
         {"unknown field", R"({"event":"tool.call","tool":"x","extra":1})", "unknown field"},
-        {"too deep", R"({"event":"tool.call","tool":"x","arguments":)" + std::string(40, '[') +
-                         std::string(40, ']') + "}",
+        {"too deep",
+         R"({"event":"tool.call","tool":"x","arguments":)" + std::string(40, '[') +
+             std::string(40, ']') + "}",
          "JSON object"},
-        {"too big", R"({"event":"tool.call","tool":"x","arguments":")" +
-                        std::string(max_event_body_bytes, 'a') + "\"}",
+        {"too big",
+         R"({"event":"tool.call","tool":"x","arguments":")" +
+             std::string(max_event_body_bytes, 'a') + "\"}",
          "larger than"},
     };
     for (const auto& r : rows) {
@@ -98,8 +100,8 @@ TEST_CASE("tool events: malformed bodies are refused with a reason", "[tool_even
     }
     SECTION("an unknown field's name is redacted and cut in the message") {
         std::string error;
-        CHECK_FALSE(parse_tool_event(
-            R"({"event":"tool.call","tool":"x",")" + hex64 + R"(":1})", error));
+        CHECK_FALSE(
+            parse_tool_event(R"({"event":"tool.call","tool":"x",")" + hex64 + R"(":1})", error));
         CHECK(error.find(hex64) == std::string::npos);
     }
 }
@@ -107,15 +109,21 @@ TEST_CASE("tool events: malformed bodies are refused with a reason", "[tool_even
 TEST_CASE("tool events: arguments are redacted like every audit value", "[tool_event]") {
     std::string error;
     const std::string body = R"({"event":"tool.call","tool":"http.get","arguments":{)"
-                             R"("url":"https://u:)" + secret + R"(@api.example/v1?q=cats&api_key=)" +
-                             secret + R"(&page=2",)"
-                             R"("headers":{"Authorization":"Bearer )" + secret +
-                             R"(","Cookie":"sid=)" + secret + R"(","Accept":"text/html"},)"
-                             R"("password":")" + secret + R"(",)"
+                             R"("url":"https://u:)" +
+                             secret + R"(@api.example/v1?q=cats&api_key=)" + secret +
+                             R"(&page=2",)"
+                             R"("headers":{"Authorization":"Bearer )" +
+                             secret + R"(","Cookie":"sid=)" + secret +
+                             R"(","Accept":"text/html"},)"
+                             R"("password":")" +
+                             secret +
+                             R"(",)"
                              R"("client_secret":12345,)"
                              R"("token":"",)"
-                             R"("nested":[{"apiKey":")" + secret + R"("},"see https://h/x?sig=)" +
-                             secret + R"( now",")" + hex64 + R"("],)"
+                             R"("nested":[{"apiKey":")" +
+                             secret + R"("},"see https://h/x?sig=)" + secret + R"( now",")" +
+                             hex64 +
+                             R"("],)"
                              R"x("code":"print(1)"}})x";
     const auto e = parse_tool_event(body, error);
     REQUIRE(e);
@@ -168,8 +176,8 @@ TEST_CASE("tool events: arguments are bounded", "[tool_event]") {
     CHECK(e->truncated);
     CHECK(e->arguments.size() == max_arguments_bytes);
     CHECK(e->arguments.ends_with("...(truncated)"));
-    const auto o = line_object(tool_call_record(*e, {"s-1", "j", "t-1", "127.0.0.1:5", "proxy"},
-                                                wall_clock::now()));
+    const auto o = line_object(
+        tool_call_record(*e, {"s-1", "j", "t-1", "127.0.0.1:5", "proxy"}, wall_clock::now()));
     CHECK(o.at("arguments_truncated") == true);
 }
 
@@ -178,9 +186,9 @@ TEST_CASE("tool events: the audit record", "[tool_event]") {
     const auto e = parse_tool_event(
         R"({"event":"tool.call","tool":"search","arguments":{"q":"cats"}})", error);
     REQUIRE(e);
-    const auto o = line_object(tool_call_record(
-        *e, {"s-00ff", "ticket-summarizer", "t-0123", "127.0.0.1:4000", "admin"},
-        wall_clock::now()));
+    const auto o = line_object(
+        tool_call_record(*e, {"s-00ff", "ticket-summarizer", "t-0123", "127.0.0.1:4000", "admin"},
+                         wall_clock::now()));
     CHECK(o.at("event") == "tool.call");
     CHECK(o.at("session") == "s-00ff");
     CHECK(o.at("job") == "ticket-summarizer");

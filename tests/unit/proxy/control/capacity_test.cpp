@@ -43,8 +43,7 @@ TEST_CASE("capacity: the listeners never add up past the descriptor limit", "[ca
     // The reserve holds the admin connections, the DNS TCP cap and the pipes.
     CHECK(c.admin_connections >= 8);
     CHECK(c.admin_connections <= 4096);
-    CHECK(c.reserved >= c.admin_connections + workers * c.pipes_per_worker * 2 +
-                            (dns ? 256 : 0));
+    CHECK(c.reserved >= c.admin_connections + workers * c.pipes_per_worker * 2 + (dns ? 256 : 0));
     CHECK(c.pipes_per_worker <= 256);
 }
 

@@ -126,8 +126,8 @@ TEST_CASE("resume_lost: ids a stream cannot resume from", "[events]") {
     CHECK(resume_lost(UINT64_MAX, bus, store_holds_all) == "ahead");
     CHECK(resume_lost(5100, bus, store_holds_all).empty());
     CHECK(resume_lost(1004, bus, store_holds_all).empty());  // memory reaches back to it
-    CHECK(asked == 0);                                        // without asking the store
-    CHECK(resume_lost(10, bus, store_holds_all).empty());     // the store has 11 on
+    CHECK(asked == 0);                                       // without asking the store
+    CHECK(resume_lost(10, bus, store_holds_all).empty());    // the store has 11 on
     CHECK(asked == 10);
     CHECK(resume_lost(10, bus, store_pruned) == "gone");
     CHECK(resume_lost(10, bus, {}) == "gone");  // no store

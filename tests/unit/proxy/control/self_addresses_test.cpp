@@ -30,8 +30,8 @@ TEST_CASE("self_addresses: cordon never connects to its own listeners", "[self]"
 
     SECTION("the unspecified range reaches the loopback listeners (issue 17)") {
         // Linux connects 0.0.0.0 to 127.0.0.1: CONNECT 0.0.0.0:ADMIN_PORT was the admin API.
-        for (const char* a : {"0.0.0.0", "0.1.2.3", "::", "::ffff:0.0.0.0", "::0.0.0.0",
-                              "64:ff9b::", "2002::"}) {
+        for (const char* a :
+             {"0.0.0.0", "0.1.2.3", "::", "::ffff:0.0.0.0", "::0.0.0.0", "64:ff9b::", "2002::"}) {
             INFO(a);
             CHECK(self.is_self(ip(a), 9090));
             CHECK(self.is_self(ip(a), 3128));
@@ -39,8 +39,8 @@ TEST_CASE("self_addresses: cordon never connects to its own listeners", "[self]"
         }
     }
     SECTION("loopback in any form, for a listener on any address") {
-        for (const char* a : {"127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1",
-                              "64:ff9b::7f00:1"}) {
+        for (const char* a :
+             {"127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1", "64:ff9b::7f00:1"}) {
             INFO(a);
             CHECK(self.is_self(ip(a), 9090));
             CHECK(self.is_self(ip(a), 8080));

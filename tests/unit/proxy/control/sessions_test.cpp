@@ -1,6 +1,6 @@
 // Tests of the session and token registry, on a fake clock.
-#include "common/time.hpp"
 #include "proxy/control/sessions.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -27,9 +27,7 @@ using std::chrono::milliseconds;
 /// A clock the test moves by hand. Thread-safe, as the registry requires.
 class fake_clock {
 public:
-    wall_clock::time_point now() const {
-        return wall_clock::time_point(milliseconds(ms_.load()));
-    }
+    wall_clock::time_point now() const { return wall_clock::time_point(milliseconds(ms_.load())); }
     void advance(milliseconds d) { ms_ += d.count(); }
     session_registry::clock_fn fn() {
         return [this] { return now(); };
@@ -172,8 +170,7 @@ TEST_CASE("sessions: a token expires exactly at expires_at", "[sessions]") {
     clock.advance(1h);
     CHECK(reg.authenticate(m.session_id, m.token).status == auth_status::token_expired);
     // A wrong token stays bad_credentials, expired or not.
-    CHECK(reg.authenticate(m.session_id, mutated(m.token)).status ==
-          auth_status::bad_credentials);
+    CHECK(reg.authenticate(m.session_id, mutated(m.token)).status == auth_status::bad_credentials);
 }
 
 TEST_CASE("sessions: every auth status", "[sessions]") {
@@ -195,11 +192,9 @@ TEST_CASE("sessions: every auth status", "[sessions]") {
           auth_status::bad_credentials);
     CHECK(reg.authenticate(expiring.session_id, expiring.token).status ==
           auth_status::token_expired);
-    CHECK(reg.authenticate(revoked.session_id, revoked.token).status ==
-          auth_status::token_revoked);
+    CHECK(reg.authenticate(revoked.session_id, revoked.token).status == auth_status::token_revoked);
     CHECK(reg.authenticate(ended.session_id, ended.token).status == auth_status::session_ended);
-    CHECK(reg.authenticate(killed.session_id, killed.token).status ==
-          auth_status::session_killed);
+    CHECK(reg.authenticate(killed.session_id, killed.token).status == auth_status::session_killed);
 }
 
 TEST_CASE("sessions: status precedence when several apply", "[sessions]") {
@@ -214,8 +209,7 @@ TEST_CASE("sessions: status precedence when several apply", "[sessions]") {
         REQUIRE(reg.kill(m.session_id, "k"));
         clock.advance(2s);
         CHECK(reg.authenticate(m.session_id, m.token).status == auth_status::session_killed);
-        CHECK(reg.authenticate(m.session_id, second->token).status ==
-              auth_status::session_killed);
+        CHECK(reg.authenticate(m.session_id, second->token).status == auth_status::session_killed);
     }
     SECTION("ended beats revoked, and a revoked token stays revoked after it expires") {
         const minted m = reg.create("job", 1s);
@@ -226,8 +220,7 @@ TEST_CASE("sessions: status precedence when several apply", "[sessions]") {
         CHECK(reg.authenticate(m.session_id, m.token).status == auth_status::token_revoked);
         REQUIRE(reg.end(m.session_id, "done"));
         CHECK(reg.authenticate(m.session_id, m.token).status == auth_status::session_ended);
-        CHECK(reg.authenticate(m.session_id, second->token).status ==
-              auth_status::session_ended);
+        CHECK(reg.authenticate(m.session_id, second->token).status == auth_status::session_ended);
     }
     SECTION("a session ended by expiry answers token_expired, swept or not") {
         const minted m = reg.create("job", 1s);
@@ -344,8 +337,7 @@ TEST_CASE("sessions: revoke_token", "[sessions]") {
 
     // Tokens of an ended session are already revoked.
     REQUIRE(reg.end(m.session_id, "done"));
-    CHECK(reg.revoke_token(m.session_id, second->token_id, "x") ==
-          revoke_result::already_revoked);
+    CHECK(reg.revoke_token(m.session_id, second->token_id, "x") == revoke_result::already_revoked);
 }
 
 TEST_CASE("sessions: end and kill", "[sessions]") {
@@ -354,8 +346,7 @@ TEST_CASE("sessions: end and kill", "[sessions]") {
     const minted m = reg.create("job", 1h);
     const auto second = reg.add_token(m.session_id, 1h);
     REQUIRE(second);
-    REQUIRE(reg.revoke_token(m.session_id, second->token_id, "rotated") ==
-            revoke_result::revoked);
+    REQUIRE(reg.revoke_token(m.session_id, second->token_id, "rotated") == revoke_result::revoked);
     CHECK(reg.active_count() == 1);
 
     SECTION("end revokes every token and is idempotent") {
@@ -386,8 +377,7 @@ TEST_CASE("sessions: end and kill", "[sessions]") {
             CHECK(info->state == session_state::killed);
             CHECK(info->end_reason == "too late");
             CHECK(info->ended_at == clock.now());
-            CHECK(reg.authenticate(m.session_id, m.token).status ==
-                  auth_status::session_killed);
+            CHECK(reg.authenticate(m.session_id, m.token).status == auth_status::session_killed);
             CHECK(reg.active_count() == 0);
         }
     }
@@ -416,15 +406,14 @@ TEST_CASE("sessions: end and kill", "[sessions]") {
 TEST_CASE("sessions: sweep_expired reports each expired token once", "[sessions]") {
     fake_clock clock;
     session_registry reg(clock.fn());
-    const minted a = reg.create("job", 1min);            // expires at +1min
+    const minted a = reg.create("job", 1min);           // expires at +1min
     const auto a2 = reg.add_token(a.session_id, 3min);  // expires at +3min
     REQUIRE(a2);
     const minted b = reg.create("job", 1min);
     const auto b2 = reg.add_token(b.session_id, 1min);
     REQUIRE(b2);
     const minted revoked = reg.create("job", 1min);
-    REQUIRE(reg.revoke_token(revoked.session_id, revoked.token_id, "r") ==
-            revoke_result::revoked);
+    REQUIRE(reg.revoke_token(revoked.session_id, revoked.token_id, "r") == revoke_result::revoked);
     const minted ended = reg.create("job", 1min);
     REQUIRE(reg.end(ended.session_id, "done"));
     const minted live = reg.create("job", 1h);
@@ -435,9 +424,8 @@ TEST_CASE("sessions: sweep_expired reports each expired token once", "[sessions]
     clock.advance(1ms);
 
     using pair = std::pair<std::string, std::string>;
-    std::vector<pair> expected{{a.session_id, a.token_id},
-                               {b.session_id, b.token_id},
-                               {b.session_id, b2->token_id}};
+    std::vector<pair> expected{
+        {a.session_id, a.token_id}, {b.session_id, b.token_id}, {b.session_id, b2->token_id}};
     std::sort(expected.begin(), expected.end());
     CHECK(reg.sweep_expired() == expected);
     CHECK(reg.sweep_expired().empty());  // once only
@@ -468,8 +456,7 @@ TEST_CASE("sessions: sweep_expired reports each expired token once", "[sessions]
     CHECK(reg.get(a.session_id)->state == session_state::killed);
 }
 
-TEST_CASE("sessions: list is newest first, prune forgets old finished sessions",
-          "[sessions]") {
+TEST_CASE("sessions: list is newest first, prune forgets old finished sessions", "[sessions]") {
     fake_clock clock;
     session_registry reg(clock.fn());
     const minted s1 = reg.create("one", 1h);
@@ -573,19 +560,15 @@ TEST_CASE("sessions: concurrent authenticate while sessions change", "[sessions]
                 for (int i = round % 4; i < victim_count; i += 4) {
                     const auto res = reg.authenticate(victims[i].session_id, victims[i].token);
                     switch (res.status) {
-                    case auth_status::ok:
-                        if (refused[i]) {
-                            ++victim_came_back;
-                        }
-                        break;
-                    case auth_status::token_revoked:
-                    case auth_status::session_ended:
-                    case auth_status::session_killed:
-                        refused[i] = true;
-                        break;
-                    default:
-                        ++victim_bad_status;
-                        break;
+                        case auth_status::ok:
+                            if (refused[i]) {
+                                ++victim_came_back;
+                            }
+                            break;
+                        case auth_status::token_revoked:
+                        case auth_status::session_ended:
+                        case auth_status::session_killed: refused[i] = true; break;
+                        default: ++victim_bad_status; break;
                     }
                 }
                 auths += stable_count + victim_count / 4;
@@ -599,15 +582,9 @@ TEST_CASE("sessions: concurrent authenticate while sessions change", "[sessions]
             reg.create("churn", 1h);
             reg.add_token(v.session_id, 1h);
             switch (i % 3) {
-            case 0:
-                reg.revoke_token(v.session_id, v.token_id, "revoked");
-                break;
-            case 1:
-                reg.end(v.session_id, "ended");
-                break;
-            default:
-                reg.kill(v.session_id, "killed");
-                break;
+                case 0: reg.revoke_token(v.session_id, v.token_id, "revoked"); break;
+                case 1: reg.end(v.session_id, "ended"); break;
+                default: reg.kill(v.session_id, "killed"); break;
             }
             reg.list();
             reg.sweep_expired();
@@ -671,8 +648,7 @@ TEST_CASE("sessions: snapshot and restore keep kills, revocations and expiry", "
     const minted stale = after.create("other", 1h);
     after.restore(snap);
     CHECK_FALSE(after.get(stale.session_id));
-    CHECK(after.authenticate(stale.session_id, stale.token).status ==
-          auth_status::bad_credentials);
+    CHECK(after.authenticate(stale.session_id, stale.token).status == auth_status::bad_credentials);
 
     const auto r = after.authenticate(live.session_id, live.token);
     CHECK(r.ok());
@@ -683,10 +659,8 @@ TEST_CASE("sessions: snapshot and restore keep kills, revocations and expiry", "
     CHECK(after.authenticate(rotated.session_id, rotated2->token).ok());
     CHECK(after.authenticate(killed.session_id, killed.token).status ==
           auth_status::session_killed);
-    CHECK(after.authenticate(ended.session_id, ended.token).status ==
-          auth_status::session_ended);
-    CHECK(after.authenticate(swept.session_id, swept.token).status ==
-          auth_status::token_expired);
+    CHECK(after.authenticate(ended.session_id, ended.token).status == auth_status::session_ended);
+    CHECK(after.authenticate(swept.session_id, swept.token).status == auth_status::token_expired);
     CHECK(after.active_count() == 3);  // live, rotated, expiring
     CHECK_FALSE(after.add_token(killed.session_id, 1min));
 

@@ -1,6 +1,6 @@
 // Tests of the SQLite state store, in temporary directories under /tmp.
-#include "common/time.hpp"
 #include "proxy/control/state_store.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -136,8 +136,8 @@ std::string describe(const std::vector<stored_session>& all) {
 }
 
 std::string describe(const stored_event& e) {
-    return std::to_string(e.id) + " " + std::to_string(ms(e.ts)) + " " + e.type + " [" +
-           e.session + "] " + e.json;
+    return std::to_string(e.id) + " " + std::to_string(ms(e.ts)) + " " + e.type + " [" + e.session +
+           "] " + e.json;
 }
 
 stored_event event(std::string type, std::string session_id, milliseconds at) {
@@ -368,8 +368,7 @@ TEST_CASE("state: the registry survives a restart through the store", "[state][s
     after.restore(load_ok(*store).sessions);
     CHECK(describe(after.snapshot()) == describe(before.snapshot()));
     CHECK(after.authenticate(live.session_id, live.token).status == auth_status::session_ended);
-    CHECK(after.authenticate(live.session_id, rotated->token).status ==
-          auth_status::session_ended);
+    CHECK(after.authenticate(live.session_id, rotated->token).status == auth_status::session_ended);
     CHECK(after.authenticate(killed.session_id, killed.token).status ==
           auth_status::session_killed);
     store.reset();
@@ -696,9 +695,7 @@ TEST_CASE("state: an invalid row fails load instead of being skipped", "[state]"
 
 TEST_CASE("state: a WAL left without its database is not replayed into a new one", "[state]") {
     temp_dir tmp;
-    {
-        auto store = open_ok(tmp.path());
-    }
+    { auto store = open_ok(tmp.path()); }
     fs::remove(tmp.db());
 
     SECTION("one with content is an error, and kept") {
@@ -799,8 +796,7 @@ TEST_CASE("state: no -shm file, nothing mapped, one process at a time", "[state]
     CHECK(store->check(error));
 }
 
-TEST_CASE("state: a removed or replaced store is never reported as persisted",
-          "[state][faults]") {
+TEST_CASE("state: a removed or replaced store is never reported as persisted", "[state][faults]") {
     temp_dir tmp;
     auto store = open_ok(tmp.path());
     std::string error;

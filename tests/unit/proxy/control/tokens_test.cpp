@@ -1,6 +1,6 @@
 // Tests of the secret primitives: CSPRNG hex, SHA-256, constant-time equality, RFC 3339.
-#include "common/time.hpp"
 #include "proxy/control/tokens.hpp"
+#include "common/time.hpp"
 
 #include <catch2/catch.hpp>
 

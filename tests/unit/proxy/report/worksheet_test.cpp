@@ -1,7 +1,7 @@
 #include "proxy/report/worksheet.hpp"
 
-#include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
+#include <catch2/catch.hpp>
 
 #include <boost/json.hpp>
 
@@ -99,8 +99,8 @@ TEST_CASE("worksheet: six sections in order, for every job of the examples", "[w
             INFO(file << " " << j.name);
             const model m = build(p, j, std::nullopt, at);
             REQUIRE(m.sections.size() == 6);
-            const char* keys[] = {"job_card", "egress", "filesystem", "identity", "kill_switch",
-                                  "audit"};
+            const char* keys[] = {"job_card", "egress",      "filesystem",
+                                  "identity", "kill_switch", "audit"};
             for (std::size_t i = 0; i < 6; ++i) {
                 CHECK(m.sections[i].key == keys[i]);
                 CHECK(m.sections[i].title.starts_with(std::to_string(i + 1) + ". "));
@@ -130,8 +130,7 @@ TEST_CASE("worksheet: boxes follow the policy", "[worksheet]") {
     CHECK(find_check(strict, "egress", "default_deny").ticked);
     CHECK(find_check(strict, "egress", "dns_limited").ticked);
     CHECK_FALSE(find_check(learner, "egress", "default_deny").ticked);
-    CHECK_THAT(find_check(learner, "egress", "default_deny").why,
-               Catch::Contains("NOT ENFORCED"));
+    CHECK_THAT(find_check(learner, "egress", "default_deny").why, Catch::Contains("NOT ENFORCED"));
     CHECK_FALSE(find_check(learner, "egress", "dns_limited").ticked);
     CHECK(find_check(learner, "egress", "private_addresses").ticked);  // never relaxed
     CHECK_THAT(find_check(strict, "egress", "private_addresses").why,
@@ -158,8 +157,7 @@ TEST_CASE("worksheet: boxes follow the policy", "[worksheet]") {
     CHECK(std::get<std::vector<std::string>>(ports) == std::vector<std::string>{"443", "8443"});
 }
 
-TEST_CASE("worksheet: the private-address box names this job's own exceptions",
-          "[worksheet]") {
+TEST_CASE("worksheet: the private-address box names this job's own exceptions", "[worksheet]") {
     const config::policy p = load_text(R"yaml(listen: { proxy: 127.0.0.1:3128 }
 jobs:
   open:
@@ -264,13 +262,13 @@ TEST_CASE("worksheet: state-dependent boxes need a running cordon", "[worksheet]
                                           "proves nothing"));
         // An empty kill beyond the promise still says the promise was not kept.
         st.kills[0].elapsed_ms = 61'000;
-        CHECK_FALSE(find_check(build(p, j, st, at), "kill_switch", "measured_within_promise")
-                        .ticked);
+        CHECK_FALSE(
+            find_check(build(p, j, st, at), "kill_switch", "measured_within_promise").ticked);
     }
     SECTION("measured beyond the promise") {
         st.kills = {proxy::control::kill_timing{"network", 61'000, 1, at.generated}};
-        CHECK_FALSE(find_check(build(p, j, st, at), "kill_switch", "measured_within_promise")
-                        .ticked);
+        CHECK_FALSE(
+            find_check(build(p, j, st, at), "kill_switch", "measured_within_promise").ticked);
     }
     SECTION("audit log failing, store not open") {
         st.audit_healthy = false;
@@ -329,8 +327,7 @@ TEST_CASE("worksheet: JSON for programs", "[worksheet]") {
     CHECK(v.at("sections").at("audit").at("facts").at("retention_days").as_int64() == 90);
 }
 
-TEST_CASE("worksheet: the denial alert rules are those of dashboards/alerts.yaml",
-          "[worksheet]") {
+TEST_CASE("worksheet: the denial alert rules are those of dashboards/alerts.yaml", "[worksheet]") {
     const YAML::Node doc = YAML::LoadFile(repo + "/dashboards/alerts.yaml");
     for (const auto& want : denial_alert_rules()) {
         INFO(want.name);
