@@ -128,14 +128,12 @@ public_suffix_list public_suffix_list::parse(std::string_view text) {
                 dot = line.size();
             }
             const std::string_view label = line.substr(from, dot - from);
-            if (label.empty()) {
-                ok = false;
-            } else if (label == "*") {
+            if (label == "*") {
                 // The '*' label is not stored: wildcards_ holds the suffix after it.
                 ok = from == 0 && !exception && dot < line.size();
                 wildcard = true;
-            } else if (label.find('*') != std::string_view::npos) {
-                ok = false;
+            } else if (label.empty() || label.find('*') != std::string_view::npos) {
+                ok = false;  // an empty label, or '*' inside a label
             } else if (const auto a = to_a_label(label)) {
                 if (!rule.empty()) {
                     rule.push_back('.');
