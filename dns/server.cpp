@@ -19,6 +19,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "common/accept_loop.hpp"
 #include "dns/asio_address.hpp"
 #include "dns/repeats.hpp"
 #include "dns/resolver.hpp"
@@ -547,41 +548,38 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
     awaitable<void> tcp_loop() {
         auto self = shared_from_this();
-        for (;;) {
-            auto [ec, s] = co_await acceptor.async_accept(use_nothrow);
-            if (!acceptor.is_open() || ec == net::error::operation_aborted) {
-                co_return;
-            }
-            if (ec) {
-                net::steady_timer backoff(ex, std::chrono::milliseconds(100));
-                co_await backoff.async_wait(use_nothrow);
-                continue;
-            }
-            error_code rec;
-            const auto remote = s.remote_endpoint(rec);
-            if (rec) {
-                continue;  // gone already: the socket closes here
-            }
-            const config::ip_address client = to_ip(remote.address());
-            const client_key key = key_of(client);
-            bool admitted = false;
-            {
-                std::lock_guard lock(shared->mu);
-                if (shared->tcp_open < opts.tcp_max_connections &&
-                    take(shared->tcp_per_client, key, opts.tcp_max_per_client)) {
-                    ++shared->tcp_open;
-                    admitted = true;
-                }
-            }
-            if (!admitted) {
-                // Closed at once, so the descriptor is free again at once.
-                hook.tcp_refused(client);
-                continue;
-            }
-            auto place = std::make_shared<tcp_slot>(shared, key);
-            net::co_spawn(ex, self->tcp_client(std::move(s), client, std::move(place)),
-                          net::detached);
+        co_await common::accept_loop(acceptor, [this, &self](tcp::socket& s) {
+            return admit_tcp(self, s);
+        });
+    }
+
+    // An accepted DNS-over-TCP connection: served when the caps admit it, else closed at
+    // once, so the descriptor is free again at once.
+    common::after_accept admit_tcp(const std::shared_ptr<impl>& self, tcp::socket& s) {
+        error_code rec;
+        const auto remote = s.remote_endpoint(rec);
+        if (rec) {
+            return common::after_accept::next;  // gone already: the socket closes here
         }
+        const config::ip_address client = to_ip(remote.address());
+        const client_key key = key_of(client);
+        bool admitted = false;
+        {
+            std::lock_guard lock(shared->mu);
+            if (shared->tcp_open < opts.tcp_max_connections &&
+                take(shared->tcp_per_client, key, opts.tcp_max_per_client)) {
+                ++shared->tcp_open;
+                admitted = true;
+            }
+        }
+        if (!admitted) {
+            hook.tcp_refused(client);
+            return common::after_accept::next;
+        }
+        auto place = std::make_shared<tcp_slot>(shared, key);
+        net::co_spawn(ex, self->tcp_client(std::move(s), client, std::move(place)),
+                      net::detached);
+        return common::after_accept::next;
     }
 };
 

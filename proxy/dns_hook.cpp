@@ -44,7 +44,7 @@ std::string_view rcode_name(dns::rcode rc) {
 
 dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query& q) {
     dns::verdict v;
-    if (rt_.network_killed.load(std::memory_order_acquire)) {
+    if (rt_.kill.engaged()) {
         v.reason = "kill_switch";
         return v;
     }

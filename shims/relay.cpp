@@ -16,6 +16,7 @@
 #include <iostream>
 #include <memory>
 
+#include "common/accept_loop.hpp"
 #include "dns/wire.hpp"
 
 namespace cordon::shim {
@@ -72,20 +73,17 @@ awaitable<void> proxy_session(tcp::socket client, tcp::endpoint target) {
     --proxy_connections;
 }
 
+// Over max_proxy_connections, an accepted connection is held through the back-off and
+// then closed (common::accept_loop).
 awaitable<void> proxy_accept(tcp::acceptor acceptor, tcp::endpoint target) {
-    for (;;) {
-        auto [ec, s] = co_await acceptor.async_accept(use_nothrow);
-        if (ec == net::error::operation_aborted) {
-            co_return;
-        }
-        if (ec || proxy_connections >= max_proxy_connections) {
-            net::steady_timer t(acceptor.get_executor(), std::chrono::milliseconds(100));
-            co_await t.async_wait(use_nothrow);
-            continue;  // the refused connection (if any) closes with `s`
+    co_await common::accept_loop(acceptor, [&acceptor, &target](tcp::socket& s) {
+        if (proxy_connections >= max_proxy_connections) {
+            return common::after_accept::back_off;
         }
         net::co_spawn(acceptor.get_executor(), proxy_session(std::move(s), target),
                       net::detached);
-    }
+        return common::after_accept::next;
+    });
 }
 
 // One UDP query: ask cordon over a fresh socket (its own source port), answer the sandbox.
@@ -226,19 +224,14 @@ awaitable<void> dns_tcp_session(tcp::socket client, std::optional<tcp::endpoint>
 
 awaitable<void> dns_tcp_accept(tcp::acceptor acceptor, std::optional<tcp::endpoint> resolver,
                                std::string option) {
-    for (;;) {
-        auto [ec, s] = co_await acceptor.async_accept(use_nothrow);
-        if (ec == net::error::operation_aborted) {
-            co_return;
-        }
-        if (ec || proxy_connections >= max_proxy_connections) {
-            net::steady_timer t(acceptor.get_executor(), std::chrono::milliseconds(100));
-            co_await t.async_wait(use_nothrow);
-            continue;
+    co_await common::accept_loop(acceptor, [&](tcp::socket& s) {
+        if (proxy_connections >= max_proxy_connections) {
+            return common::after_accept::back_off;
         }
         net::co_spawn(acceptor.get_executor(), dns_tcp_session(std::move(s), resolver, option),
                       net::detached);
-    }
+        return common::after_accept::next;
+    });
 }
 
 }  // namespace

@@ -20,9 +20,9 @@ worksheet_response error_response(int status, const std::string& message) {
 report::running_state read_state(control::runtime& rt, const std::string& job) {
     report::running_state st;
     st.source = "the running cordon (started " + common::format_rfc3339(rt.started) + ")";
-    st.network_killed = rt.network_killed.load();
-    st.kill_reason = rt.kill_info.reason;
-    st.kill_by = rt.kill_info.by;
+    st.network_killed = rt.kill.engaged();
+    st.kill_reason = rt.kill.info().reason;
+    st.kill_by = rt.kill.info().by;
     st.audit_healthy = rt.audit_healthy();
     st.state_store_ok = rt.store != nullptr;
     if (rt.store) {

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "common/time.hpp"
+#include "proxy/control/kill_switch.hpp"
 #include "proxy/control/runtime.hpp"
 
 namespace cordon::proxy::control {
@@ -37,116 +38,119 @@ void save_timing(state_store* store, const char* scope, const kill_outcome& out,
 
 }  // namespace
 
-bool runtime::persist_session(const std::string& id) {
-    const auto s = sessions.stored(id);
+bool kill_switch::persist_session(const std::string& id) {
+    const auto s = rt_.sessions.stored(id);
     if (!s) {
-        unsaved_sessions.erase(id);
+        unsaved_sessions_.erase(id);
         return false;
     }
     std::string error;
-    if (!store || !store->save_session(*s, error)) {
-        if (store) {
+    if (!rt_.store || !rt_.store->save_session(*s, error)) {
+        if (rt_.store) {
             std::cerr << "cordon: state store: " << error << '\n';
         }
-        unsaved_sessions.insert(id);
+        unsaved_sessions_.insert(id);
         return false;
     }
-    unsaved_sessions.erase(id);
+    unsaved_sessions_.erase(id);
     return true;
 }
 
-void runtime::retry_unsaved() {
-    if (!store || (!kill_unsaved && unsaved_sessions.empty())) {
+void kill_switch::retry_unsaved() {
+    if (!rt_.store || (!unsaved_ && unsaved_sessions_.empty())) {
         return;
     }
     std::string error;
-    if (kill_unsaved) {
-        if (!store->save_kill(kill_info, error)) {
+    if (unsaved_) {
+        if (!rt_.store->save_kill(info_, error)) {
             return;  // still failing: the next second tries again
         }
-        kill_unsaved = false;
+        unsaved_ = false;
     }
     // Quietly: the failure was said when it happened, and the sweep says when it ends.
-    const std::vector<std::string> ids(unsaved_sessions.begin(), unsaved_sessions.end());
+    const std::vector<std::string> ids(unsaved_sessions_.begin(), unsaved_sessions_.end());
     for (const auto& id : ids) {
-        const auto s = sessions.stored(id);
-        if (s && !store->save_session(*s, error)) {
+        const auto s = rt_.sessions.stored(id);
+        if (s && !rt_.store->save_session(*s, error)) {
             return;
         }
-        unsaved_sessions.erase(id);
+        unsaved_sessions_.erase(id);
     }
 }
 
-bool runtime::state_durable(std::string& why) {
-    if (!store) {
-        why = store_error;
+bool kill_switch::state_durable(std::string& why) {
+    if (!rt_.store) {
+        why = rt_.store_error;
         return false;
     }
-    if (!store->check(why)) {
+    if (!rt_.store->check(why)) {
         return false;
     }
-    if (kill_unsaved || !unsaved_sessions.empty()) {
+    if (unsaved_ || !unsaved_sessions_.empty()) {
         why = "changes not yet persisted (" +
-              std::string(kill_unsaved ? "the kill state, " : "") +
-              std::to_string(unsaved_sessions.size()) + " sessions); retried every second";
+              std::string(unsaved_ ? "the kill state, " : "") +
+              std::to_string(unsaved_sessions_.size()) + " sessions); retried every second";
         return false;
     }
     return true;
 }
 
-awaitable<kill_outcome> runtime::kill_network(const std::string& reason, const std::string& by) {
+awaitable<kill_outcome> kill_switch::kill_network(const std::string& reason,
+                                                  const std::string& by) {
     const auto t0 = steady::now();
     kill_outcome out;
     // The flag first: from this instant every new request is refused.
-    out.already = network_killed.exchange(true);
+    out.already = engaged_.exchange(true);
     if (!out.already) {
-        kill_info = kill_state{true, reason, by, now()};
+        info_ = kill_state{true, reason, by, rt_.now()};
     }
     // The durable write overlaps the workers' closing; both are done before this returns.
     const std::function<void()> persist = [this, &out] {
         std::string error;
-        out.persisted = store && store->save_kill(kill_info, error);
-        if (store && !out.persisted) {
+        out.persisted = rt_.store && rt_.store->save_kill(info_, error);
+        if (rt_.store && !out.persisted) {
             std::cerr << "cordon: state store: " << error
                       << " (the network kill is in force in memory, NOT persisted)\n";
         }
-        kill_unsaved = !out.persisted;
+        unsaved_ = !out.persisted;
     };
     const std::function<bool(const live_connection&)> all = [](const live_connection&) {
         return true;
     };
     const std::string why = "kill_switch";
-    out.connections_closed = co_await close_where(all, why, persist);
+    out.connections_closed = co_await rt_.connections.close_where(all, why, persist);
     out.elapsed_ms = ms_since(t0);
-    stats.set_kill_switch_engaged(true);
-    stats.count_kill(alerts::kill_scope::network, out.elapsed_ms / 1000);
-    audit_durable(std::move(record("kill.network")
-                                .add("reason", reason)
-                                .add("by", by)
-                                .add("already_engaged", out.already)
-                                .add("connections_closed",
-                                     static_cast<std::uint64_t>(out.connections_closed))
-                                .add("elapsed_ms", out.elapsed_ms)));
-    events->publish("kill.network", "",
-                    json::serialize(json::object{{"reason", reason},
-                                                 {"by", by},
-                                                 {"at", common::format_rfc3339(kill_info.at)}}));
+    rt_.stats.set_kill_switch_engaged(true);
+    rt_.stats.count_kill(alerts::kill_scope::network, out.elapsed_ms / 1000);
+    rt_.audit_durable(std::move(rt_.record("kill.network")
+                                        .add("reason", reason)
+                                        .add("by", by)
+                                        .add("already_engaged", out.already)
+                                        .add("connections_closed",
+                                             static_cast<std::uint64_t>(out.connections_closed))
+                                        .add("elapsed_ms", out.elapsed_ms)));
+    rt_.events->publish("kill.network", "",
+                        json::serialize(json::object{{"reason", reason},
+                                                     {"by", by},
+                                                     {"at", common::format_rfc3339(info_.at)}}));
     // After the answer, not before it: the measurement's fsync is no part of the kill.
     const auto ex = co_await net::this_coro::executor;
-    net::post(ex, [this, out, at = kill_info.at] { save_timing(store.get(), "network", out, at); });
+    net::post(ex, [this, out, at = info_.at] {
+        save_timing(rt_.store.get(), "network", out, at);
+    });
     co_return out;
 }
 
-kill_outcome runtime::revive(const std::string& reason, const std::string& by) {
+kill_outcome kill_switch::revive(const std::string& reason, const std::string& by) {
     kill_outcome out;
-    if (!network_killed.load()) {
+    if (!engaged_.load()) {
         out.already = true;
         return out;
     }
-    kill_state lifted{false, reason, by, now()};
-    if (store) {
+    kill_state lifted{false, reason, by, rt_.now()};
+    if (rt_.store) {
         std::string error;
-        out.persisted = store->save_kill(lifted, error);
+        out.persisted = rt_.store->save_kill(lifted, error);
         if (!out.persisted) {
             std::cerr << "cordon: state store: " << error << '\n';
             return out;  // not durable: stay killed
@@ -155,21 +159,21 @@ kill_outcome runtime::revive(const std::string& reason, const std::string& by) {
         out.persisted = false;
         return out;
     }
-    kill_info = lifted;
-    kill_unsaved = false;
-    network_killed.store(false);
-    stats.set_kill_switch_engaged(false);
-    audit_durable(std::move(record("revive").add("reason", reason).add("by", by)));
-    events->publish("revive", "",
-                    json::serialize(json::object{{"reason", reason}, {"by", by}}));
+    info_ = lifted;
+    unsaved_ = false;
+    engaged_.store(false);
+    rt_.stats.set_kill_switch_engaged(false);
+    rt_.audit_durable(std::move(rt_.record("revive").add("reason", reason).add("by", by)));
+    rt_.events->publish("revive", "",
+                        json::serialize(json::object{{"reason", reason}, {"by", by}}));
     return out;
 }
 
-awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& id,
-                                                             const std::string& reason,
-                                                             const std::string& by) {
+awaitable<std::optional<kill_outcome>> kill_switch::kill_session(const std::string& id,
+                                                                 const std::string& reason,
+                                                                 const std::string& by) {
     const auto t0 = steady::now();
-    const auto before = sessions.get(id);
+    const auto before = rt_.sessions.get(id);
     if (!before) {
         co_return std::nullopt;
     }
@@ -178,33 +182,37 @@ awaitable<std::optional<kill_outcome>> runtime::kill_session(const std::string& 
     for (const auto& t : before->tokens) {
         out.tokens_revoked += t.revoked ? 0 : 1;
     }
-    sessions.kill(id, reason);  // from here its tokens are refused
-    const std::function<void()> persist = [this, &out, &id] { out.persisted = persist_session(id); };
+    rt_.sessions.kill(id, reason);  // from here its tokens are refused
+    const std::function<void()> persist = [this, &out, &id] {
+        out.persisted = persist_session(id);
+    };
     const std::function<bool(const live_connection&)> of_session =
         [&id](const live_connection& c) { return c.session == id; };
     const std::string why = "session_killed";
-    out.connections_closed = co_await close_where(of_session, why, persist);
+    out.connections_closed = co_await rt_.connections.close_where(of_session, why, persist);
     out.elapsed_ms = ms_since(t0);
-    stats.count_kill(alerts::kill_scope::session, out.elapsed_ms / 1000);
-    stats.count_tokens_revoked(out.tokens_revoked);
-    audit_durable(std::move(record("kill.session")
-                                .add("session", id)
-                                .add("job", before->job)
-                                .add("reason", reason)
-                                .add("by", by)
-                                .add("tokens_revoked",
-                                     static_cast<std::uint64_t>(out.tokens_revoked))
-                                .add("connections_closed",
-                                     static_cast<std::uint64_t>(out.connections_closed))
-                                .add("elapsed_ms", out.elapsed_ms)));
-    events->publish("kill.session", id,
-                    json::serialize(json::object{{"session", id},
-                                                 {"job", before->job},
-                                                 {"reason", reason},
-                                                 {"by", by}}));
-    forget_usage(id);
+    rt_.stats.count_kill(alerts::kill_scope::session, out.elapsed_ms / 1000);
+    rt_.stats.count_tokens_revoked(out.tokens_revoked);
+    rt_.audit_durable(std::move(rt_.record("kill.session")
+                                        .add("session", id)
+                                        .add("job", before->job)
+                                        .add("reason", reason)
+                                        .add("by", by)
+                                        .add("tokens_revoked",
+                                             static_cast<std::uint64_t>(out.tokens_revoked))
+                                        .add("connections_closed",
+                                             static_cast<std::uint64_t>(out.connections_closed))
+                                        .add("elapsed_ms", out.elapsed_ms)));
+    rt_.events->publish("kill.session", id,
+                        json::serialize(json::object{{"session", id},
+                                                     {"job", before->job},
+                                                     {"reason", reason},
+                                                     {"by", by}}));
+    rt_.forget_usage(id);
     const auto ex = co_await net::this_coro::executor;
-    net::post(ex, [this, out, at = now()] { save_timing(store.get(), "session", out, at); });
+    net::post(ex, [this, out, at = rt_.now()] {
+        save_timing(rt_.store.get(), "session", out, at);
+    });
     co_return out;
 }
 

@@ -340,13 +340,13 @@ class client_conn final : public control::live_connection,
                           public std::enable_shared_from_this<client_conn> {
 public:
     client_conn(control::runtime& rt, control::worker& w, tcp::socket s)
-        : rt_(rt), w_(w), client_(std::move(s)), upstream_(w.ioc), id_(rt.next_connection_id++) {
+        : rt_(rt), w_(w), client_(std::move(s)), upstream_(w.ioc), id_(rt.connections.next_id++) {
         w_.live.emplace(id_, this);
-        ++rt_.open_connections;
+        ++rt_.connections.open;
     }
     ~client_conn() override {
         w_.live.erase(id_);
-        --rt_.open_connections;
+        --rt_.connections.open;
         release_tunnel_slot();
         end_tunnel();
     }
@@ -1398,7 +1398,7 @@ awaitable<void> client_conn::run() {
         job.clear();
 
         // The network kill refuses everything, before anything else is looked at.
-        if (rt_.network_killed.load(std::memory_order_acquire)) {
+        if (rt_.kill.engaged()) {
             co_await deny(403, deny_reason::kill_switch, req.target());
             co_return;
         }
