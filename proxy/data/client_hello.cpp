@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/host.hpp"
+
 // Two passes over the bytes received so far. The record pass walks TLS records from the
 // start and gathers the handshake bytes they carry until the first handshake message is
 // complete; the message pass reads that message as a ClientHello, field by field.
@@ -411,6 +413,18 @@ hello_result parse_client_hello(std::span<const std::uint8_t> data) {
     r.sni = std::move(sni);
     r.consumed = g.consumed;
     return r;
+}
+
+sni_verdict check_sni(std::string_view want, std::span<const std::uint8_t> data) {
+    const hello_result r = parse_client_hello(data);
+    if (r.status == hello_status::need_more) {
+        return sni_verdict::need_more;
+    }
+    if (r.status != hello_status::ok) {
+        return sni_verdict::mismatch;
+    }
+    const config::host_result sni = config::normalise_host(r.sni);
+    return sni.ok() && sni.value == want ? sni_verdict::match : sni_verdict::mismatch;
 }
 
 }  // namespace cordon::proxy::data

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace cordon::proxy::data {
 
@@ -40,5 +41,16 @@ struct hello_result {
 /// says where it ended). A host name is 1..255 bytes of visible ASCII (0x21..0x7e); it is
 /// returned as sent, so callers normalise it (case, trailing dot) before comparing.
 hello_result parse_client_hello(std::span<const std::uint8_t> data);
+
+/// The SNI check of a tunnel to a tls rule, on the bytes received so far.
+enum class sni_verdict : std::uint8_t {
+    match,      ///< a ClientHello whose SNI, normalised, is `want`
+    mismatch,   ///< another name, no SNI, not TLS or malformed: refused
+    need_more,  ///< a valid prefix: read more (within the handshake timeout)
+};
+
+/// Whether the ClientHello in `data` names `want` (a normalised host name: lower case, no
+/// trailing dot). Stateless, as parse_client_hello.
+sni_verdict check_sni(std::string_view want, std::span<const std::uint8_t> data);
 
 }  // namespace cordon::proxy::data

@@ -564,3 +564,23 @@ TEST_CASE("client_hello: the 64 KiB bound on all records together", "[client_hel
     }
     check_ok(small_tiny, "t.example");
 }
+
+TEST_CASE("client_hello: the SNI check of a tls tunnel", "[client_hello]") {
+    const bytes mixed = load_hex("openssl_sni_mixed_case");  // Api.Example.COM
+    CHECK(check_sni("api.example.com", mixed) == sni_verdict::match);
+    CHECK(check_sni("example.com", mixed) == sni_verdict::mismatch);
+    CHECK(check_sni("api.example.com.evil.test", mixed) == sni_verdict::mismatch);
+    const bytes dotted = records(hello{}.with(sni("WWW.Example.Org.")).message());
+    CHECK(check_sni("www.example.org", dotted) == sni_verdict::match);
+    // No SNI at all, not TLS: refused, never waited on.
+    CHECK(check_sni("example.com", load_hex("openssl_nosni")) == sni_verdict::mismatch);
+    const std::string http = "GET / HTTP/1.1\r\n\r\n";
+    CHECK(check_sni("example.com", bytes(http.begin(), http.end())) == sni_verdict::mismatch);
+    // Every strict prefix of the hello: read more.
+    const bytes good = load_hex("openssl_sni");
+    for (std::size_t n = 0; n < good.size(); ++n) {
+        INFO("prefix " << n);
+        REQUIRE(check_sni("example.com", std::span(good.data(), n)) == sni_verdict::need_more);
+    }
+    CHECK(check_sni("example.com", good) == sni_verdict::match);
+}

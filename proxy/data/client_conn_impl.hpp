@@ -1,0 +1,169 @@
+#pragma once
+// The state of one client connection (client_conn.hpp's serve_client), shared by the files
+// that implement its phases: client_conn.cpp (read_request, authenticate, decide, CONNECT
+// tunnels, log) and forward.cpp (HTTP forwarding). Internal to proxy/data/.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/asio.hpp"
+#include "config/decide.hpp"
+#include "config/target.hpp"
+#include "proxy/control/runtime.hpp"
+#include "proxy/data/dialer.hpp"
+#include "proxy/data/quota.hpp"
+#include "proxy/data/relay.hpp"
+#include "proxy/data/request_head.hpp"
+#include "proxy/data/request_log.hpp"
+
+namespace cordon::proxy::data {
+
+/// Bodies pass through a window of this size, one direction at a time (forward.cpp).
+inline constexpr std::size_t body_window_size = 16 * 1024;
+
+class response_reader;
+
+/// One client connection, visible to kills, revocations and reloads (live_connection).
+class client_conn final : public control::live_connection,
+                          public relay_owner,
+                          public std::enable_shared_from_this<client_conn> {
+public:
+    client_conn(control::runtime& rt, control::worker& w, tcp::socket s);
+    ~client_conn() override;
+    client_conn(const client_conn&) = delete;
+    client_conn& operator=(const client_conn&) = delete;
+
+    void close_client(std::string_view why) override;
+    void close_upstream() override { abort(upstream_.socket()); }
+
+    /// Abortive close (RST): a graceful close would let the kernel go on delivering what is
+    /// already queued, megabytes to an upstream after a kill returned, and keep a socket to
+    /// a client that never reads. Linger 0 discards it at once.
+    static void abort(tcp::socket& s);
+
+    awaitable<void> run();
+
+    /// The tunnel has ended: account, close, log.
+    void relay_done(const relay_result& r) override;
+
+    std::string client_text_;
+    config::ip_address client_ip_;
+
+private:
+    /// One request, from its head to its terminal record.
+    struct request_state {
+        explicit request_state(request_log&& l) : log(std::move(l)) {}
+        request_log log;
+        upstream_target target;
+        config::decision decision;
+        std::uint64_t counted_up = 0;  // bytes the relay already counted in the metrics
+        std::uint64_t counted_down = 0;
+    };
+
+    request_log new_log() { return request_log(sink_, *this, client_text_, closed_by_); }
+
+    // Phase: log. Metrics and records (client_conn.cpp).
+    void begin_tunnel(const request_state& st);
+    void end_tunnel();
+    void log_open(request_state& st);
+    void log_close(request_state& st, std::string_view reason);
+    std::string_view kind_name() const { return kind == config::request_kind::connect ? "connect" : "http"; }
+
+    // Answers that end the request.
+    awaitable<void> deny(request_state& st, int status, config::deny_reason reason,
+                         std::string_view message = {});
+    awaitable<void> error_reply(request_state& st, int status, std::string_view message);
+    void shutdown_client();
+
+    // Phases before either path.
+    config::deny_reason authenticate(const http::fields& headers);
+    static void decide_request(const config::decide_args& args,
+                               const config::compiled_policy& p, request_state& st);
+    /// resolve -> classify -> connect through the dialer; answers and logs what fails.
+    /// True when the upstream is connected.
+    awaitable<bool> dial(request_state& st);
+
+    awaitable<read_head_result> read_head(beast::flat_buffer& buffer, std::size_t limit,
+                                          std::chrono::milliseconds timeout);
+    /// Read, parse and refuse what is not a request; false when the connection is done.
+    awaitable<bool> read_request(request_state& st, beast::flat_buffer& buffer,
+                                 http::request_parser<http::buffer_body>& parser,
+                                 const config::proxy_spec& ps);
+
+    // The CONNECT path (client_conn.cpp).
+    awaitable<void> handle_connect(request_state& st, const std::string& target_text,
+                                   beast::flat_buffer& buffer);
+    awaitable<bool> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
+    awaitable<void> start_tunnel(request_state& st, const config::job& j,
+                                 std::vector<std::uint8_t>& first,
+                                 const std::shared_ptr<const config::compiled_policy>& policy);
+    void start_relay(request_state&& st, relay_hooks hooks);
+    std::string close_reason(const relay_result& rr) const;
+
+    // The HTTP forwarding path (forward.cpp). `parsed` is the request's target, parsed (or
+    // refused) once by run(); it lives in run()'s frame for the whole call.
+    awaitable<bool> handle_forward(request_state& st,
+                                   http::request_parser<http::buffer_body>& parser,
+                                   beast::flat_buffer& buffer,
+                                   const config::target_result& parsed);
+    awaitable<bool> connect_forward(request_state& st);
+    /// One forwarded exchange's inputs, named (coroutines here take no temporaries).
+    struct forward_exchange {
+        request_state& st;
+        http::request_parser<http::buffer_body>& parser;
+        beast::flat_buffer& buffer;
+        const config::job& j;
+        const config::proxy_spec& ps;
+        const config::target& t;
+    };
+    awaitable<bool> forward_request(const forward_exchange& x);
+    awaitable<bool> forward_response(const forward_exchange& x, bool upgrade,
+                                     bool client_keep_alive);
+    awaitable<error_code> read_response_head(response_reader& rp,
+                                             std::chrono::milliseconds idle);
+
+    control::runtime& rt_;
+    control::worker& w_;
+    beast::tcp_stream client_;
+    beast::tcp_stream upstream_;
+    runtime_sink sink_;
+    dns_resolver resolver_;
+    stream_connector connector_;
+    // Read by request logs when they end (tunnel_st_'s too), so declared before them.
+    std::string closed_by_;  // set when closed from outside: a kill, revocation, reload
+    // Once a tunnel is established the coroutine chain ends and these carry it: the relay
+    // (callbacks), the request it logs at the end, and the policy snapshot its job (and so
+    // its budget) lives in.
+    std::optional<tunnel_relay> relay_;
+    std::optional<request_state> tunnel_st_;
+    std::shared_ptr<const config::compiled_policy> tunnel_policy_;
+    std::uint64_t id_;
+    session_quota quota_;
+    alerts::job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
+    std::string upstream_key_;  // upstream_target::key() of the kept-alive upstream, if any
+    beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
+    // What only HTTP forwarding needs, allocated by the first forwarded request and kept
+    // for the next ones: a tunnel carries one pointer of it, not buffers.
+    struct forward_state {
+        char window[body_window_size];  // bodies pass here, one direction at a time
+        std::string out_head;           // the head being forwarded
+        std::string in_head;            // the upstream's status line and fields
+        // The audit text of the last rule a request matched, with the snapshot it is in.
+        const config::egress_rule* described_rule = nullptr;
+        std::shared_ptr<const config::compiled_policy> described_policy;
+        std::string described;
+    };
+    forward_state& fwd() {
+        if (!fwd_) {
+            fwd_ = std::make_unique<forward_state>();
+        }
+        return *fwd_;
+    }
+    std::unique_ptr<forward_state> fwd_;
+};
+
+}  // namespace cordon::proxy::data
