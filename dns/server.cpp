@@ -9,14 +9,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <cerrno>
-#include <system_error>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <random>
 #include <string_view>
+#include <system_error>
 #include <unordered_map>
 
 #include "common/accept_loop.hpp"
@@ -63,13 +63,18 @@ using detail::take;
 struct server::impl : std::enable_shared_from_this<server::impl> {
     impl(net::io_context& ioc, resolver& up, policy_hook& h, server_options o,
          std::shared_ptr<tables> t)
-        : ex(ioc.get_executor()), upstream(up), hook(h), opts(std::move(o)),
-          shared(std::move(t)), udp_socket(ioc), acceptor(ioc) {
+        : ex(ioc.get_executor()),
+          upstream(up),
+          hook(h),
+          opts(std::move(o)),
+          shared(std::move(t)),
+          udp_socket(ioc),
+          acceptor(ioc) {
         // Never let DNS over TCP take the descriptors the rest of the daemon needs.
         rlimit rl{};
         if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-            opts.tcp_max_connections = static_cast<std::uint32_t>(std::min<rlim_t>(
-                opts.tcp_max_connections, std::max<rlim_t>(1, rl.rlim_cur / 4)));
+            opts.tcp_max_connections = static_cast<std::uint32_t>(
+                std::min<rlim_t>(opts.tcp_max_connections, std::max<rlim_t>(1, rl.rlim_cur / 4)));
         }
     }
 
@@ -222,8 +227,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             }
             if (packet.size() >= 12) {
                 if (pr.value.has_question) {
-                    note(client, pr.value.q, verdict{false, "bad_request", {}, {}}, pr.error,
-                         false, now);
+                    note(client, pr.value.q, verdict{false, "bad_request", {}, {}}, pr.error, false,
+                         now);
                 }
                 out = build_error(pr.value, pr.error);
             }
@@ -301,8 +306,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
     // One query to one answer (empty: drop), going upstream when it must.
     awaitable<std::vector<std::uint8_t>> handle(std::span<const std::uint8_t> packet,
-                                                const config::ip_address& client,
-                                                bool over_udp) {
+                                                const config::ip_address& client, bool over_udp) {
         std::vector<std::uint8_t> answer;
         client_key key;
         if (answer_now(packet, client, answer, key, over_udp)) {
@@ -332,8 +336,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         make_cache_key(key_text, q.q);
         rcode rc = rcode::noerror;
         // A fresh query: the client's EDNS options (its session token) never go upstream.
-        std::vector<std::uint8_t> out =
-            build_query(q.q.name, q.q.qtype, static_cast<std::uint16_t>(ids()), true);
+        std::vector<std::uint8_t> out = build_query(q.q.name, q.q.qtype,
+                                                    static_cast<std::uint16_t>(ids()), true);
         const raw_result r = co_await ask_upstream(std::move(out));
         std::optional<clean_answer> clean;
         if (r.error.empty()) {
@@ -436,8 +440,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                     out[k].msg_hdr.msg_iov = &out_iov[k];
                     out[k].msg_hdr.msg_iovlen = 1;
                     out[k].msg_hdr.msg_name = &from[static_cast<unsigned>(i)];
-                    out[k].msg_hdr.msg_namelen =
-                        msgs[static_cast<unsigned>(i)].msg_hdr.msg_namelen;
+                    out[k].msg_hdr.msg_namelen = msgs[static_cast<unsigned>(i)].msg_hdr.msg_namelen;
                     ++k;
                 }
                 for (unsigned sent = 0; sent < k;) {
@@ -516,9 +519,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
                     framed[0] = static_cast<std::uint8_t>(resp.size() >> 8);
                     framed[1] = static_cast<std::uint8_t>(resp.size() & 0xFF);
                     std::copy(resp.begin(), resp.end(), framed.begin() + 2);
-                    auto result =
-                        co_await (net::async_write(s, net::buffer(framed), use_nothrow) ||
-                                  deadline.async_wait(use_nothrow));
+                    auto result = co_await (net::async_write(s, net::buffer(framed), use_nothrow) ||
+                                            deadline.async_wait(use_nothrow));
                     if (result.index() == 1) {
                         co_return;  // a client that does not read its answers
                     }
@@ -548,9 +550,8 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
 
     awaitable<void> tcp_loop() {
         auto self = shared_from_this();
-        co_await common::accept_loop(acceptor, [this, &self](tcp::socket& s) {
-            return admit_tcp(self, s);
-        });
+        co_await common::accept_loop(acceptor,
+                                     [this, &self](tcp::socket& s) { return admit_tcp(self, s); });
     }
 
     // An accepted DNS-over-TCP connection: served when the caps admit it, else closed at
@@ -577,16 +578,14 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
             return common::after_accept::next;
         }
         auto place = std::make_shared<tcp_slot>(shared, key);
-        net::co_spawn(ex, self->tcp_client(std::move(s), client, std::move(place)),
-                      net::detached);
+        net::co_spawn(ex, self->tcp_client(std::move(s), client, std::move(place)), net::detached);
         return common::after_accept::next;
     }
 };
 
 // Binds the UDP socket and the TCP acceptor of `im` on one address and port; throws
 // bind_error naming the socket that failed, with the system's reason.
-void bind_both(server::impl& im, const udp::endpoint& uep, const net::ip::address& addr,
-               int one) {
+void bind_both(server::impl& im, const udp::endpoint& uep, const net::ip::address& addr, int one) {
     error_code ec;
     const auto check = [&ec](const char* transport) {
         if (ec) {
@@ -596,8 +595,7 @@ void bind_both(server::impl& im, const udp::endpoint& uep, const net::ip::addres
     const auto reuse_port = [&im, one](int fd, const char* transport) {
         if (im.opts.reuse_port &&
             ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
-            throw bind_error(transport,
-                             "SO_REUSEPORT: " + std::generic_category().message(errno));
+            throw bind_error(transport, "SO_REUSEPORT: " + std::generic_category().message(errno));
         }
     };
     im.udp_socket.open(uep.protocol(), ec);
@@ -628,8 +626,8 @@ void bind_both(server::impl& im, const udp::endpoint& uep, const net::ip::addres
     check("TCP");
 }
 
-server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook,
-               server_options opts, std::shared_ptr<tables> shared)
+server::server(net::io_context& ioc, resolver& upstream, policy_hook& hook, server_options opts,
+               std::shared_ptr<tables> shared)
     : impl_(std::make_shared<impl>(ioc, upstream, hook, std::move(opts),
                                    shared ? std::move(shared) : make_tables())) {
     const net::ip::address addr = to_asio(impl_->opts.listen.address);
@@ -676,4 +674,3 @@ void server::stop() {
 }
 
 }  // namespace cordon::dns
-

@@ -81,8 +81,8 @@ control::capacity plan_descriptors(const config::policy& pol, std::uint64_t desc
     cin.dns = pol.listen.dns.has_value();
     // The DNS server's TCP cap as it will apply it: dns.tcp.max_connections, at most a
     // quarter of the descriptor limit (dns/server.cpp).
-    cin.dns_tcp_connections = std::min<std::size_t>(
-        pol.dns.tcp_max_connections, std::max<std::size_t>(1, descriptor_limit / 4));
+    cin.dns_tcp_connections = std::min<std::size_t>(pol.dns.tcp_max_connections,
+                                                    std::max<std::size_t>(1, descriptor_limit / 4));
     cin.admin = pol.listen.admin.has_value();
     cin.configured_max_connections = pol.proxy.max_connections;
     return control::plan_capacity(cin);
@@ -329,7 +329,11 @@ awaitable<void> reload_on_hup(control::runtime& rt) {
 class signal_handling {
 public:
     signal_handling(control::runtime& rt, net::io_context& control, listeners& l, sweeps& s)
-        : rt_(rt), control_(control), listeners_(l), sweeps_(s), stop_(control, SIGTERM, SIGINT),
+        : rt_(rt),
+          control_(control),
+          listeners_(l),
+          sweeps_(s),
+          stop_(control, SIGTERM, SIGINT),
           hup_(control, SIGHUP) {}
 
     void start() {
@@ -472,8 +476,8 @@ int run_daemon(const daemon_options& opts) {
         return 1;
     }
     const config::policy& pol = *loaded.value;
-    const unsigned threads =
-        opts.threads != 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+    const unsigned threads = opts.threads != 0 ? opts.threads
+                                               : std::max(1u, std::thread::hardware_concurrency());
     // Too low a descriptor limit for the budget is refused here.
     const control::capacity limits = plan_descriptors(pol, descriptor_limit, threads);
     if (!limits.error.empty()) {

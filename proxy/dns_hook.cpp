@@ -73,8 +73,8 @@ dns::verdict dns_hook::decide(const config::ip_address& client, const dns::query
                 v.reason = "auth";
                 return v;
             }
-            const control::auth_result a =
-                rt_.sessions.authenticate(opt.data.substr(0, colon), opt.data.substr(colon + 1));
+            const control::auth_result a = rt_.sessions.authenticate(opt.data.substr(0, colon),
+                                                                     opt.data.substr(colon + 1));
             if (!a.ok()) {
                 v.reason = a.status == control::auth_status::session_killed ? "session_killed"
                            : a.status == control::auth_status::bad_credentials

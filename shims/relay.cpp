@@ -33,15 +33,13 @@ constexpr auto use_nothrow = net::as_tuple(net::use_awaitable);
 // connections open (fd exhaustion on the host side).
 constexpr std::size_t max_dns_in_flight = 256;
 constexpr std::size_t max_proxy_connections = 4096;
-constexpr auto dns_timeout = std::chrono::seconds(5);  // a resolver that never answers
+constexpr auto dns_timeout = std::chrono::seconds(5);        // a resolver that never answers
 constexpr auto dns_tcp_lifetime = std::chrono::seconds(10);  // a DNS-over-TCP connection, whole
 
 std::size_t proxy_connections = 0;
 std::size_t dns_in_flight = 0;
 
-tcp::endpoint to_tcp(const relay_target& t) {
-    return {net::ip::make_address(t.host), t.port};
-}
+tcp::endpoint to_tcp(const relay_target& t) { return {net::ip::make_address(t.host), t.port}; }
 
 // One direction; passes the end of stream on as a half-close.
 awaitable<void> transfer(tcp::socket& from, tcp::socket& to) {
@@ -80,8 +78,7 @@ awaitable<void> proxy_accept(tcp::acceptor acceptor, tcp::endpoint target) {
         if (proxy_connections >= max_proxy_connections) {
             return common::after_accept::back_off;
         }
-        net::co_spawn(acceptor.get_executor(), proxy_session(std::move(s), target),
-                      net::detached);
+        net::co_spawn(acceptor.get_executor(), proxy_session(std::move(s), target), net::detached);
         return common::after_accept::next;
     });
 }
@@ -136,8 +133,8 @@ awaitable<void> dns_udp_serve(udp::socket listener, std::optional<udp::endpoint>
         }
         if (r.answer_locally) {
             if (!r.message.empty()) {
-                auto [sec, sn] =
-                    co_await listener.async_send_to(net::buffer(r.message), client, use_nothrow);
+                auto [sec, sn] = co_await listener.async_send_to(net::buffer(r.message), client,
+                                                                 use_nothrow);
                 (void)sec;
                 (void)sn;
             }

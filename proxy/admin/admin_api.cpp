@@ -57,47 +57,30 @@ bool admin_handlers::authorized(const request& req) const {
 
 awaitable<reply> admin_handlers::handle(const request& req, const route_match& m) {
     switch (m.route) {
-    case route::healthz:
-        co_return reply{http::status::ok, json::object{{"status", "ok"}}};
-    case route::post_event:
-        co_return post_event(req, std::string(m.id));
-    case route::unauthorized:
-        co_return error(http::status::unauthorized, std::string(m.message));
-    case route::method_not_allowed:
-        co_return error(http::status::method_not_allowed, std::string(m.message));
-    case route::metrics:
-        co_return metrics();
-    case route::kill:
-        co_return co_await kill_network(req);
-    case route::revive:
-        co_return revive(req);
-    case route::status:
-        co_return status();
-    case route::denials:
-        co_return denials(req);
-    case route::reload:
-        co_return co_await reload();
-    case route::list_sessions:
-        co_return list_sessions();
-    case route::create_session:
-        co_return create_session(req);
-    case route::get_session:
-        co_return get_session(std::string(m.id));
-    case route::end_session:
-        co_return co_await end_session(std::string(m.id));
-    case route::kill_session:
-        co_return co_await kill_session(req, std::string(m.id));
-    case route::add_token:
-        co_return add_token(req, std::string(m.id));
-    case route::revoke_token:
-        co_return co_await revoke_token(std::string(m.id), std::string(m.sub_id));
-    case route::job_card:
-        co_return job_card(m.id);
-    case route::worksheet:
-        co_return worksheet(req, m.id);
-    case route::events:      // streamed by serve_admin, never answered here
-    case route::not_found:
-        break;
+        case route::healthz: co_return reply{http::status::ok, json::object{{"status", "ok"}}};
+        case route::post_event: co_return post_event(req, std::string(m.id));
+        case route::unauthorized:
+            co_return error(http::status::unauthorized, std::string(m.message));
+        case route::method_not_allowed:
+            co_return error(http::status::method_not_allowed, std::string(m.message));
+        case route::metrics: co_return metrics();
+        case route::kill: co_return co_await kill_network(req);
+        case route::revive: co_return revive(req);
+        case route::status: co_return status();
+        case route::denials: co_return denials(req);
+        case route::reload: co_return co_await reload();
+        case route::list_sessions: co_return list_sessions();
+        case route::create_session: co_return create_session(req);
+        case route::get_session: co_return get_session(std::string(m.id));
+        case route::end_session: co_return co_await end_session(std::string(m.id));
+        case route::kill_session: co_return co_await kill_session(req, std::string(m.id));
+        case route::add_token: co_return add_token(req, std::string(m.id));
+        case route::revoke_token:
+            co_return co_await revoke_token(std::string(m.id), std::string(m.sub_id));
+        case route::job_card: co_return job_card(m.id);
+        case route::worksheet: co_return worksheet(req, m.id);
+        case route::events:  // streamed by serve_admin, never answered here
+        case route::not_found: break;
     }
     co_return error(http::status::not_found, "no such endpoint");
 }
@@ -113,9 +96,9 @@ reply admin_handlers::post_event(const request& req, const std::string& id) {
         job = s->job;
     } else {
         const auto it = req.find(http::field::authorization);
-        const std::string_view v =
-            it == req.end() ? std::string_view{}
-                            : std::string_view(it->value().data(), it->value().size());
+        const std::string_view v = it == req.end()
+                                       ? std::string_view{}
+                                       : std::string_view(it->value().data(), it->value().size());
         constexpr std::string_view bearer = "Bearer ";
         if (v.size() <= bearer.size() || !beast::iequals(v.substr(0, bearer.size()), bearer)) {
             return error(http::status::unauthorized,
@@ -177,8 +160,7 @@ reply admin_handlers::denials(const request& req) {
 
 reply admin_handlers::status() {
     const auto p = rt_.policy();
-    const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(rt_.now() -
-                                                                         rt_.started);
+    const auto uptime = std::chrono::duration_cast<std::chrono::seconds>(rt_.now() - rt_.started);
     json::object listen{{"proxy", rt_.proxy_endpoint.to_string()}};
     if (const auto& d = p->source().listen.dns; d && d->port != 0) {
         listen["dns"] = d->to_string();  // as configured (`cordon run` relays to it)
@@ -195,8 +177,8 @@ reply admin_handlers::status() {
         {"policy", json::object{{"source", rt_.config_path()},
                                 {"jobs", p->source().jobs.size()},
                                 {"rules", p->source().rule_count()}}},
-        {"reloads", json::object{{"ok", rt_.reloads_ok.load()},
-                                 {"failed", rt_.reloads_failed.load()}}},
+        {"reloads",
+         json::object{{"ok", rt_.reloads_ok.load()}, {"failed", rt_.reloads_failed.load()}}},
         {"listen", std::move(listen)},
     };
     // What a sandbox on this host must not read (`cordon run` hides each): cordon's
@@ -228,7 +210,7 @@ reply admin_handlers::status() {
     for (const auto& [job, n] : rt_.stats.active_tunnels_by_job()) {
         tunnels[job] = n;
     }
-    o["tunnels"] = std::move(tunnels);  // active tunnels by job, jobs with none left out
+    o["tunnels"] = std::move(tunnels);          // active tunnels by job, jobs with none left out
     const control::capacity& cap = rt_.limits;  // the descriptor budget (docs/proxy.md)
     o["capacity"] = json::object{
         {"descriptor_limit", cap.descriptor_limit},
@@ -300,8 +282,8 @@ reply admin_handlers::job_card(std::string_view name) {
 reply admin_handlers::worksheet(const request& req, std::string_view name) {
     const std::string format = query_param(req.target(), "format");
     const auto accept = req[http::field::accept];
-    const worksheet_response w =
-        serve_worksheet(rt_, name, format, std::string_view(accept.data(), accept.size()));
+    const worksheet_response w = serve_worksheet(rt_, name, format,
+                                                 std::string_view(accept.data(), accept.size()));
     reply r;
     r.status = static_cast<http::status>(w.status);
     r.text = w.body;

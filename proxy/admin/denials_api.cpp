@@ -52,14 +52,15 @@ json::object denials_json(const alerts::denial_table& table, std::optional<std::
     for (const auto& j : table.snapshot(job, limit)) {
         json::array top;
         for (const auto& e : j.top) {
-            top.push_back(json::object{{"target", e.target},
-                                       {"count", e.count},
-                                       {"error", e.error},
-                                       {"reasons", names_of(e.reasons, labels)},
-                                       {"last_reason", labels[e.last_reason]},
-                                       {"kinds", names_of(e.kinds, alerts::denial_table::kind_names())},
-                                       {"first_seen", common::format_rfc3339(e.first_seen)},
-                                       {"last_seen", common::format_rfc3339(e.last_seen)}});
+            top.push_back(
+                json::object{{"target", e.target},
+                             {"count", e.count},
+                             {"error", e.error},
+                             {"reasons", names_of(e.reasons, labels)},
+                             {"last_reason", labels[e.last_reason]},
+                             {"kinds", names_of(e.kinds, alerts::denial_table::kind_names())},
+                             {"first_seen", common::format_rfc3339(e.first_seen)},
+                             {"last_seen", common::format_rfc3339(e.last_seen)}});
         }
         jobs.push_back(json::object{{"job", j.job}, {"denied", j.total}, {"top", std::move(top)}});
     }
@@ -78,8 +79,8 @@ unsigned denials_request(const alerts::denial_table& table, const config::compil
     std::size_t limit = table.bounds().per_job;
     if (!limit_param.empty()) {
         std::size_t n = 0;
-        const auto [end, ec] =
-            std::from_chars(limit_param.data(), limit_param.data() + limit_param.size(), n);
+        const auto [end, ec] = std::from_chars(limit_param.data(),
+                                               limit_param.data() + limit_param.size(), n);
         if (ec != std::errc() || end != limit_param.data() + limit_param.size() || n == 0 ||
             n > limit) {
             out = json::object{{"error", "limit must be 1-" + std::to_string(limit)}};
@@ -87,7 +88,8 @@ unsigned denials_request(const alerts::denial_table& table, const config::compil
         }
         limit = n;
     }
-    if (!job.empty() && job != alerts::unattributed_job && policy.source().find_job(job) == nullptr &&
+    if (!job.empty() && job != alerts::unattributed_job &&
+        policy.source().find_job(job) == nullptr &&
         table.snapshot(std::string_view(job), 0).empty()) {
         out = json::object{{"error", "no job named " + job}};
         return 404;

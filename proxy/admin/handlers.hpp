@@ -24,7 +24,7 @@ struct reply {
     reply(http::status s, boost::json::value b) : status(s), body(std::move(b)) {}
     http::status status = http::status::ok;
     boost::json::value body;
-    std::string text;  ///< when set, sent as text/plain (the Prometheus exposition) instead
+    std::string text;          ///< when set, sent as text/plain (the Prometheus exposition) instead
     std::string content_type;  ///< of `text`, when not the Prometheus exposition's
 };
 
@@ -44,8 +44,7 @@ awaitable<std::size_t> end_session_now(control::runtime& rt, control::session_in
 
 /// GET /v1/events[?session=ID]: Server-Sent Events until the client goes away
 /// (proxy/admin/event_stream.cpp).
-awaitable<void> stream_events(control::runtime& rt, beast::tcp_stream& stream,
-                              const request& req);
+awaitable<void> stream_events(control::runtime& rt, beast::tcp_stream& stream, const request& req);
 
 /// Answers the requests of one admin connection, each routed by route_request().
 class admin_handlers {

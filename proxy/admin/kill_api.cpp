@@ -71,8 +71,7 @@ reply admin_handlers::revive(const request& req) {
                      "the state store is unavailable (" + rt_.store_error +
                          "), so the kill stays engaged: fix it and restart cordon");
     }
-    return {http::status::ok,
-            json::object{{"engaged", false}, {"reason", reason}, {"by", by}}};
+    return {http::status::ok, json::object{{"engaged", false}, {"reason", reason}, {"by", by}}};
 }
 
 awaitable<reply> admin_handlers::kill_session(const request& req, const std::string& id) {
@@ -87,14 +86,13 @@ awaitable<reply> admin_handlers::kill_session(const request& req, const std::str
     if (!k) {
         co_return error(http::status::not_found, "no session " + id);
     }
-    co_return reply{http::status::ok,
-                    json::object{{"id", id},
-                                 {"state", "killed"},
-                                 {"already_killed", k->already},
-                                 {"tokens_revoked", k->tokens_revoked},
-                                 {"connections_closed", k->connections_closed},
-                                 {"elapsed_ms", k->elapsed_ms},
-                                 {"persisted", k->persisted}}};
+    co_return reply{http::status::ok, json::object{{"id", id},
+                                                   {"state", "killed"},
+                                                   {"already_killed", k->already},
+                                                   {"tokens_revoked", k->tokens_revoked},
+                                                   {"connections_closed", k->connections_closed},
+                                                   {"elapsed_ms", k->elapsed_ms},
+                                                   {"persisted", k->persisted}}};
 }
 
 }  // namespace cordon::proxy::admin

@@ -14,27 +14,27 @@ namespace cordon::proxy::admin {
 /// Where a request goes. The refusals (unauthorized, not_found, method_not_allowed) are
 /// answered by the caller with the message in route_match::message.
 enum class route {
-    healthz,         ///< GET /healthz (any method: load balancers probe with HEAD too)
-    metrics,         ///< GET /metrics
-    status,          ///< GET /v1/status
-    denials,         ///< GET /v1/denials
-    reload,          ///< POST /v1/reload
-    kill,            ///< POST /v1/kill
-    revive,          ///< POST /v1/revive
-    events,          ///< GET /v1/events (Server-Sent Events; the connection is held)
-    list_sessions,   ///< GET /v1/sessions
-    create_session,  ///< POST /v1/sessions
-    get_session,     ///< GET /v1/sessions/ID
-    end_session,     ///< DELETE /v1/sessions/ID
-    kill_session,    ///< POST /v1/sessions/ID/kill
-    add_token,       ///< POST /v1/sessions/ID/tokens
-    revoke_token,    ///< DELETE /v1/sessions/ID/tokens/TID
-    post_event,      ///< /v1/sessions/ID/events: authorised and method-checked by its
-                     ///< handler (the session's own token may call it; 405 after auth)
-    job_card,        ///< GET /v1/jobs/NAME
-    worksheet,       ///< GET /v1/jobs/NAME/worksheet
-    unauthorized,    ///< 401: missing or wrong admin token
-    not_found,       ///< 404
+    healthz,             ///< GET /healthz (any method: load balancers probe with HEAD too)
+    metrics,             ///< GET /metrics
+    status,              ///< GET /v1/status
+    denials,             ///< GET /v1/denials
+    reload,              ///< POST /v1/reload
+    kill,                ///< POST /v1/kill
+    revive,              ///< POST /v1/revive
+    events,              ///< GET /v1/events (Server-Sent Events; the connection is held)
+    list_sessions,       ///< GET /v1/sessions
+    create_session,      ///< POST /v1/sessions
+    get_session,         ///< GET /v1/sessions/ID
+    end_session,         ///< DELETE /v1/sessions/ID
+    kill_session,        ///< POST /v1/sessions/ID/kill
+    add_token,           ///< POST /v1/sessions/ID/tokens
+    revoke_token,        ///< DELETE /v1/sessions/ID/tokens/TID
+    post_event,          ///< /v1/sessions/ID/events: authorised and method-checked by its
+                         ///< handler (the session's own token may call it; 405 after auth)
+    job_card,            ///< GET /v1/jobs/NAME
+    worksheet,           ///< GET /v1/jobs/NAME/worksheet
+    unauthorized,        ///< 401: missing or wrong admin token
+    not_found,           ///< 404
     method_not_allowed,  ///< 405
 };
 
@@ -42,9 +42,9 @@ enum class route {
 /// token id): valid while it is.
 struct route_match {
     admin::route route = route::not_found;
-    std::string_view id;      ///< session ID or job NAME, when the route has one
-    std::string_view sub_id;  ///< token TID (revoke_token)
-    std::string_view message; ///< the error text of a refusal, empty otherwise
+    std::string_view id;       ///< session ID or job NAME, when the route has one
+    std::string_view sub_id;   ///< token TID (revoke_token)
+    std::string_view message;  ///< the error text of a refusal, empty otherwise
 };
 
 /// Decides where `method target` goes. `admin_authorized`: the request carries the admin

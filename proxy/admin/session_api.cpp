@@ -68,8 +68,7 @@ std::string proxy_url(const control::runtime& rt, const control::minted& m) {
     config::endpoint ep = rt.proxy_endpoint;
     if (ep.address.bytes() == std::array<std::uint8_t, 16>{}) {
         // Listening on every address: name loopback; deployments set the real address.
-        ep.address = ep.address.is_v4() ? *config::parse_ip("127.0.0.1")
-                                        : *config::parse_ip("::1");
+        ep.address = ep.address.is_v4() ? *config::parse_ip("127.0.0.1") : *config::parse_ip("::1");
     }
     return "http://" + m.session_id + ":" + m.token + "@" + ep.to_string();
 }
@@ -198,10 +197,9 @@ awaitable<reply> admin_handlers::end_session(const std::string& id) {
     if (!before) {
         co_return error(http::status::not_found, "no session " + id);
     }
-    const std::size_t closed =
-        co_await end_session_now(rt_, *before, "admin:" + client_, "ended by admin");
-    co_return reply{http::status::ok,
-                    json::object{{"id", id}, {"connections_closed", closed}}};
+    const std::size_t closed = co_await end_session_now(rt_, *before, "admin:" + client_,
+                                                        "ended by admin");
+    co_return reply{http::status::ok, json::object{{"id", id}, {"connections_closed", closed}}};
 }
 
 awaitable<reply> admin_handlers::revoke_token(const std::string& id, const std::string& token_id) {
@@ -218,25 +216,23 @@ awaitable<reply> admin_handlers::revoke_token(const std::string& id, const std::
         };
     const std::string why = "token_revoked";
     const std::size_t closed = co_await rt_.connections.close_where(of_token, why);
-    const auto ms = std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - t0)
-                        .count();
-    rt_.audit_durable(std::move(rt_.record("token.revoke")
-                                    .add("session", id)
-                                    .add("job", s ? s->job : std::string())
-                                    .add("token_id", token_id)
-                                    .add("reason", "revoked by admin")
-                                    .add("by", "admin:" + client_)
-                                    .add("connections_closed",
-                                         static_cast<std::uint64_t>(closed))));
+    const auto ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    rt_.audit_durable(
+        std::move(rt_.record("token.revoke")
+                      .add("session", id)
+                      .add("job", s ? s->job : std::string())
+                      .add("token_id", token_id)
+                      .add("reason", "revoked by admin")
+                      .add("by", "admin:" + client_)
+                      .add("connections_closed", static_cast<std::uint64_t>(closed))));
     rt_.stats.count_kill(alerts::kill_scope::credential, ms / 1000);
     if (r != control::revoke_result::already_revoked) {
         rt_.stats.count_tokens_revoked();
     }
     rt_.events->publish("token.revoke", id,
-                        json::serialize(json::object{{"session", id},
-                                                     {"token_id", token_id},
-                                                     {"by", "admin:" + client_}}));
+                        json::serialize(json::object{
+                            {"session", id}, {"token_id", token_id}, {"by", "admin:" + client_}}));
     co_return reply{http::status::ok,
                     json::object{{"session", id},
                                  {"token_id", token_id},

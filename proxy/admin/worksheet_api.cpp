@@ -42,8 +42,8 @@ report::running_state read_state(control::runtime& rt, const std::string& job) {
 
 }  // namespace
 
-worksheet_response serve_worksheet(control::runtime& rt, std::string_view job, std::string_view format,
-                                   std::string_view accept) {
+worksheet_response serve_worksheet(control::runtime& rt, std::string_view job,
+                                   std::string_view format, std::string_view accept) {
     bool markdown = false;
     if (format == "md" || format == "markdown") {
         markdown = true;

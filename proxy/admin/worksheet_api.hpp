@@ -19,7 +19,7 @@ struct worksheet_response {
 
 /// The format comes from `format` (?format=md|json), else from `accept` (text/markdown or
 /// text/plain ask for Markdown), else JSON. Control thread (reads the kill state).
-worksheet_response serve_worksheet(control::runtime& rt, std::string_view job, std::string_view format,
-                                   std::string_view accept);
+worksheet_response serve_worksheet(control::runtime& rt, std::string_view job,
+                                   std::string_view format, std::string_view accept);
 
 }  // namespace cordon::proxy::admin

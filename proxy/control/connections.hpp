@@ -41,10 +41,10 @@ public:
     virtual void close_client(std::string_view why) = 0;
     virtual void close_upstream() = 0;
 
-    std::string session;   ///< empty for clients attributed by `sources`
+    std::string session;  ///< empty for clients attributed by `sources`
     std::string token_id;
     std::string job;
-    std::string host;      ///< as decided (normalised name or literal)
+    std::string host;  ///< as decided (normalised name or literal)
     std::uint16_t port = 0;
     config::request_kind kind = config::request_kind::connect;
     std::string method;
@@ -103,8 +103,8 @@ public:
                                        const std::function<void()>& meanwhile = {});
 
     std::vector<std::unique_ptr<worker>> workers;  ///< set up by the daemon before serving
-    std::atomic<std::uint64_t> next_id{1};  ///< the next client connection's id
-    std::atomic<std::int64_t> open{0};      ///< client connections open, every worker
+    std::atomic<std::uint64_t> next_id{1};         ///< the next client connection's id
+    std::atomic<std::int64_t> open{0};             ///< client connections open, every worker
 };
 
 }  // namespace cordon::proxy::control

@@ -87,8 +87,7 @@ bool kill_switch::state_durable(std::string& why) {
         return false;
     }
     if (unsaved_ || !unsaved_sessions_.empty()) {
-        why = "changes not yet persisted (" +
-              std::string(unsaved_ ? "the kill state, " : "") +
+        why = "changes not yet persisted (" + std::string(unsaved_ ? "the kill state, " : "") +
               std::to_string(unsaved_sessions_.size()) + " sessions); retried every second";
         return false;
     }
@@ -122,22 +121,20 @@ awaitable<kill_outcome> kill_switch::kill_network(const std::string& reason,
     out.elapsed_ms = ms_since(t0);
     rt_.stats.set_kill_switch_engaged(true);
     rt_.stats.count_kill(alerts::kill_scope::network, out.elapsed_ms / 1000);
-    rt_.audit_durable(std::move(rt_.record("kill.network")
-                                        .add("reason", reason)
-                                        .add("by", by)
-                                        .add("already_engaged", out.already)
-                                        .add("connections_closed",
-                                             static_cast<std::uint64_t>(out.connections_closed))
-                                        .add("elapsed_ms", out.elapsed_ms)));
+    rt_.audit_durable(
+        std::move(rt_.record("kill.network")
+                      .add("reason", reason)
+                      .add("by", by)
+                      .add("already_engaged", out.already)
+                      .add("connections_closed", static_cast<std::uint64_t>(out.connections_closed))
+                      .add("elapsed_ms", out.elapsed_ms)));
     rt_.events->publish("kill.network", "",
                         json::serialize(json::object{{"reason", reason},
                                                      {"by", by},
                                                      {"at", common::format_rfc3339(info_.at)}}));
     // After the answer, not before it: the measurement's fsync is no part of the kill.
     const auto ex = co_await net::this_coro::executor;
-    net::post(ex, [this, out, at = info_.at] {
-        save_timing(rt_.store.get(), "network", out, at);
-    });
+    net::post(ex, [this, out, at = info_.at] { save_timing(rt_.store.get(), "network", out, at); });
     co_return out;
 }
 
@@ -186,33 +183,31 @@ awaitable<std::optional<kill_outcome>> kill_switch::kill_session(const std::stri
     const std::function<void()> persist = [this, &out, &id] {
         out.persisted = persist_session(id);
     };
-    const std::function<bool(const live_connection&)> of_session =
-        [&id](const live_connection& c) { return c.session == id; };
+    const std::function<bool(const live_connection&)> of_session = [&id](const live_connection& c) {
+        return c.session == id;
+    };
     const std::string why = "session_killed";
     out.connections_closed = co_await rt_.connections.close_where(of_session, why, persist);
     out.elapsed_ms = ms_since(t0);
     rt_.stats.count_kill(alerts::kill_scope::session, out.elapsed_ms / 1000);
     rt_.stats.count_tokens_revoked(out.tokens_revoked);
-    rt_.audit_durable(std::move(rt_.record("kill.session")
-                                        .add("session", id)
-                                        .add("job", before->job)
-                                        .add("reason", reason)
-                                        .add("by", by)
-                                        .add("tokens_revoked",
-                                             static_cast<std::uint64_t>(out.tokens_revoked))
-                                        .add("connections_closed",
-                                             static_cast<std::uint64_t>(out.connections_closed))
-                                        .add("elapsed_ms", out.elapsed_ms)));
-    rt_.events->publish("kill.session", id,
-                        json::serialize(json::object{{"session", id},
-                                                     {"job", before->job},
-                                                     {"reason", reason},
-                                                     {"by", by}}));
+    rt_.audit_durable(
+        std::move(rt_.record("kill.session")
+                      .add("session", id)
+                      .add("job", before->job)
+                      .add("reason", reason)
+                      .add("by", by)
+                      .add("tokens_revoked", static_cast<std::uint64_t>(out.tokens_revoked))
+                      .add("connections_closed", static_cast<std::uint64_t>(out.connections_closed))
+                      .add("elapsed_ms", out.elapsed_ms)));
+    rt_.events->publish(
+        "kill.session", id,
+        json::serialize(
+            json::object{{"session", id}, {"job", before->job}, {"reason", reason}, {"by", by}}));
     rt_.forget_usage(id);
     const auto ex = co_await net::this_coro::executor;
-    net::post(ex, [this, out, at = rt_.now()] {
-        save_timing(rt_.store.get(), "session", out, at);
-    });
+    net::post(ex,
+              [this, out, at = rt_.now()] { save_timing(rt_.store.get(), "session", out, at); });
     co_return out;
 }
 

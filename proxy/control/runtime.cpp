@@ -108,15 +108,14 @@ awaitable<std::string> runtime::reload(const std::string& by,
         ++reloads_failed;
         stats.count_config_reload(false);
         auto rec = record("config.reload");
-        rec.add("result", "error").add("by", by).add("source", config_path_).add("errors",
-                                                                               errors);
+        rec.add("result", "error").add("by", by).add("source", config_path_).add("errors", errors);
         audit(std::move(rec));
         co_return errors;
     }
     // What only a restart applies keeps its running value (and /v1/status reports that):
     // say which changes wait for one, never pretend they took effect.
-    const std::vector<std::string> restart_only =
-        config::keep_restart_only(policy()->source(), *r.value);
+    const std::vector<std::string> restart_only = config::keep_restart_only(policy()->source(),
+                                                                            *r.value);
     for (const auto& name : restart_only) {
         std::cerr << "cordon: reload: " << name << " changed: needs restart (the running "
                   << "value stays in force)\n";

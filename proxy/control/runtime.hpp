@@ -61,11 +61,15 @@ public:
     runtime(std::string config_path, std::shared_ptr<const config::compiled_policy> p);
 
     std::shared_ptr<const config::compiled_policy> policy() const { return policy_.load(); }
-    void set_policy(std::shared_ptr<const config::compiled_policy> p) { policy_.store(std::move(p)); }
+    void set_policy(std::shared_ptr<const config::compiled_policy> p) {
+        policy_.store(std::move(p));
+    }
     const std::string& config_path() const { return config_path_; }
 
     common::wall_clock::time_point now() const { return common::wall_clock::now(); }
-    audit::audit_record record(std::string_view event) const { return audit::audit_record(event, now()); }
+    audit::audit_record record(std::string_view event) const {
+        return audit::audit_record(event, now());
+    }
     /// Writes an audit record; false when the log is unhealthy (callers fail closed).
     bool audit(audit::audit_record&& r);
     /// audit(), then waits (bounded, blocking this thread) until the record is fdatasync()ed:
@@ -93,7 +97,7 @@ public:
     std::unique_ptr<audit::audit_log> audit_log_;
     std::unique_ptr<state_store> store;  ///< null when it could not be opened (then killed)
     std::string store_error;
-    std::unique_ptr<event_bus> events;   ///< control thread only
+    std::unique_ptr<event_bus> events;  ///< control thread only
     /// `cordon run`'s lifelines (proxy/control/lifelines.hpp); made by the admin API on first use.
     /// Control thread only.
     std::shared_ptr<lifelines> lifelines_;

@@ -166,8 +166,7 @@ deny_reason client_conn::authenticate(const http::fields& headers) {
         }
         return deny_reason::auth;
     }
-    const auto creds = parse_basic_auth(std::string_view(it->value().data(),
-                                                         it->value().size()));
+    const auto creds = parse_basic_auth(std::string_view(it->value().data(), it->value().size()));
     if (!creds) {
         return deny_reason::auth;
     }
@@ -208,7 +207,8 @@ void client_conn::decide_request(const config::decide_args& args, const config::
 // a close from outside (kill, revocation, reload) meanwhile ends the request quietly and
 // its log says so.
 awaitable<bool> client_conn::dial(request_state& st) {
-    upstream_dialer d(resolver_, connector_, rt_.self, rt_.policy()->source().proxy.connect_timeout);
+    upstream_dialer d(resolver_, connector_, rt_.self,
+                      rt_.policy()->source().proxy.connect_timeout);
     address.reset();
     const std::function<bool()> aborted = [this] { return !closed_by_.empty(); };
     dial_result r = co_await d.dial(st.target, st.decision, aborted);
@@ -221,15 +221,12 @@ awaitable<bool> client_conn::dial(request_state& st) {
             st.log.connect_ms = r.connect_ms;
             rt_.stats.observe_upstream_connect(r.connect_ms / 1000);
             co_return true;
-        case dial_status::denied:
-            co_await deny(st, 403, r.reason);
-            co_return false;
+        case dial_status::denied: co_await deny(st, 403, r.reason); co_return false;
         case dial_status::unresolved:
         case dial_status::unreachable:
             co_await error_reply(st, r.http_status, r.message);
             co_return false;
-        case dial_status::aborted:
-            break;
+        case dial_status::aborted: break;
     }
     co_return false;  // st.log ends it: closed from outside
 }
@@ -271,8 +268,8 @@ awaitable<bool> client_conn::read_request(request_state& st, beast::flat_buffer&
     error_code pec;
     parser.put(net::buffer(head.data(), head.size()), pec);
     if (pec || !parser.is_header_done()) {
-        const std::string msg =
-            "malformed request head: " + (pec ? pec.message() : std::string("incomplete"));
+        const std::string msg = "malformed request head: " +
+                                (pec ? pec.message() : std::string("incomplete"));
         co_await deny(st, 400, deny_reason::bad_request, msg);
         co_return false;
     }
@@ -367,8 +364,8 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
     if (st.decision.rule != nullptr && st.decision.rule->proto == config::protocol::tls &&
         !co_await check_sni(st.target.name, first)) {
         const hello_result h = parse_client_hello(first);
-        rt_.denied(control::denial{job, session, deny_name(deny_reason::sni_mismatch),
-                                   target_text, kind_name()});
+        rt_.denied(control::denial{job, session, deny_name(deny_reason::sni_mismatch), target_text,
+                                   kind_name()});
         error_code ignored;
         upstream_.socket().close(ignored);
         shutdown_client();
@@ -382,9 +379,9 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
 }
 
 // Phase: tunnel. Bytes that came with the CONNECT go first, within the budget; then the relay.
-awaitable<void> client_conn::start_tunnel(request_state& st, const config::job& j,
-                                          std::vector<std::uint8_t>& first,
-                                          const std::shared_ptr<const config::compiled_policy>& policy) {
+awaitable<void> client_conn::start_tunnel(
+    request_state& st, const config::job& j, std::vector<std::uint8_t>& first,
+    const std::shared_ptr<const config::compiled_policy>& policy) {
     const auto& ps = policy->source().proxy;
     begin_tunnel(st);  // counted allowed only now: an SNI mismatch is a denial, not both
     relay_hooks hooks;
@@ -493,9 +490,9 @@ awaitable<void> client_conn::run() {
             st.log.dismiss();
             rt_.denied(control::denial{job, session, deny_name(deny_reason::audit_unavailable),
                                        st.log.target, is_connect ? "connect" : "http"});
-            const std::string resp =
-                deny_response(503, deny_name(deny_reason::audit_unavailable), job,
-                              st.log.target, explain(deny_reason::audit_unavailable));
+            const std::string resp = deny_response(503, deny_name(deny_reason::audit_unavailable),
+                                                   job, st.log.target,
+                                                   explain(deny_reason::audit_unavailable));
             co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
             shutdown_client();
             co_return;
@@ -506,9 +503,9 @@ awaitable<void> client_conn::run() {
         if (!is_connect) {
             forward_target = config::parse_absolute_uri(st.log.target);
         }
-        if (is_connect ? audit::targets_reserved_host(req.target(), true)
-                       : forward_target.value &&
-                             audit::is_reserved_host(forward_target.value->host)) {
+        if (is_connect
+                ? audit::targets_reserved_host(req.target(), true)
+                : forward_target.value && audit::is_reserved_host(forward_target.value->host)) {
             st.log.dismiss();  // serve_reserved audits what it serves
             const reserved_caller who{session, job, token_id, client_text_};
             if (!co_await serve_reserved(rt_, client_, buffer, parser, who)) {

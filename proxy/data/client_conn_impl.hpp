@@ -71,7 +71,9 @@ private:
     void end_tunnel();
     void log_open(request_state& st);
     void log_close(request_state& st, std::string_view reason);
-    std::string_view kind_name() const { return kind == config::request_kind::connect ? "connect" : "http"; }
+    std::string_view kind_name() const {
+        return kind == config::request_kind::connect ? "connect" : "http";
+    }
 
     // Answers that end the request.
     awaitable<void> deny(request_state& st, int status, config::deny_reason reason,
@@ -81,8 +83,8 @@ private:
 
     // Phases before either path.
     config::deny_reason authenticate(const http::fields& headers);
-    static void decide_request(const config::decide_args& args,
-                               const config::compiled_policy& p, request_state& st);
+    static void decide_request(const config::decide_args& args, const config::compiled_policy& p,
+                               request_state& st);
     /// resolve -> classify -> connect through the dialer; answers and logs what fails.
     /// True when the upstream is connected.
     awaitable<bool> dial(request_state& st);
@@ -108,8 +110,7 @@ private:
     // refused) once by run(); it lives in run()'s frame for the whole call.
     awaitable<bool> handle_forward(request_state& st,
                                    http::request_parser<http::buffer_body>& parser,
-                                   beast::flat_buffer& buffer,
-                                   const config::target_result& parsed);
+                                   beast::flat_buffer& buffer, const config::target_result& parsed);
     awaitable<bool> connect_forward(request_state& st);
     /// One forwarded exchange's inputs, named (coroutines here take no temporaries).
     struct forward_exchange {
@@ -123,8 +124,7 @@ private:
     awaitable<bool> forward_request(const forward_exchange& x);
     awaitable<bool> forward_response(const forward_exchange& x, bool upgrade,
                                      bool client_keep_alive);
-    awaitable<error_code> read_response_head(response_reader& rp,
-                                             std::chrono::milliseconds idle);
+    awaitable<error_code> read_response_head(response_reader& rp, std::chrono::milliseconds idle);
 
     control::runtime& rt_;
     control::worker& w_;

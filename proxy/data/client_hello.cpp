@@ -42,9 +42,7 @@ hello_result verdict(hello_status status, std::string error) {
     return r;
 }
 
-hello_result bad(std::string error) {
-    return verdict(hello_status::bad, std::move(error));
-}
+hello_result bad(std::string error) { return verdict(hello_status::bad, std::move(error)); }
 
 std::string hex(std::size_t value, int digits) {
     constexpr std::string_view hex_digits = "0123456789abcdef";
@@ -71,11 +69,11 @@ std::size_t min_stream_size(std::size_t message_size) {
 
 /// What the record pass found.
 struct gathered {
-    std::vector<std::uint8_t> joined;      ///< only when the message spans several records
+    std::vector<std::uint8_t> joined;       ///< only when the message spans several records
     std::span<const std::uint8_t> message;  ///< handshake bytes so far; all of it once complete
-    hello_result record_error;             ///< bad / not_tls at a record header, else need_more
-    bool trailing = false;                 ///< its last record holds bytes past the message
-    std::size_t consumed = 0;              ///< end of the record that completed the message
+    hello_result record_error;              ///< bad / not_tls at a record header, else need_more
+    bool trailing = false;                  ///< its last record holds bytes past the message
+    std::size_t consumed = 0;               ///< end of the record that completed the message
 };
 
 /// Walks the records and gathers the first handshake message's bytes.
@@ -362,8 +360,7 @@ bool read_client_hello(message_reader& r, std::string& sni) {
         return false;
     }
     if (session_id_length > max_session_id) {
-        return r.fail("session_id of " + std::to_string(session_id_length) +
-                      " bytes (at most 32)");
+        return r.fail("session_id of " + std::to_string(session_id_length) + " bytes (at most 32)");
     }
     if (!r.take(body, session_id_length, "session_id", skipped) ||
         !r.u16(body, "cipher_suites length", suites_length)) {

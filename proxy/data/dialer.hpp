@@ -27,7 +27,7 @@ struct upstream_target {
     std::string name;  ///< normalised (lower case, no trailing dot): DNS and SNI compare this
     std::uint16_t port = 0;
     std::optional<config::ip_address> literal;  ///< the address, when `host` is an IP literal
-    std::string text;  ///< "host:port" as logs and answer bodies show it
+    std::string text;                           ///< "host:port" as logs and answer bodies show it
 
     /// "name:port": the identity of a kept-alive upstream connection.
     std::string key() const { return name + ":" + std::to_string(port); }
@@ -109,8 +109,7 @@ public:
     virtual ~dialer() = default;
     /// Dials `t` for a request `allowed` decided; `aborted` says whether the connection
     /// was closed from outside meanwhile (checked between phases and after each attempt).
-    virtual awaitable<dial_result> dial(const upstream_target& t,
-                                        const config::decision& allowed,
+    virtual awaitable<dial_result> dial(const upstream_target& t, const config::decision& allowed,
                                         const std::function<bool()>& aborted) = 0;
 };
 

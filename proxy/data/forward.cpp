@@ -46,8 +46,7 @@ private:
                          error_code& ec) override {
         ec = http::error::bad_method;  // never called for a response parser
     }
-    void on_response_impl(int code, beast::string_view reason, int version,
-                          error_code&) override {
+    void on_response_impl(int code, beast::string_view reason, int version, error_code&) override {
         status_ = static_cast<unsigned>(code);
         version_ = static_cast<unsigned>(version);
         char digits[16];
@@ -69,12 +68,9 @@ private:
     }
     void on_header_impl(error_code&) override {}
     void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
-    std::size_t on_body_impl(beast::string_view s, error_code& ec) override {
-        return take(s, ec);
-    }
+    std::size_t on_body_impl(beast::string_view s, error_code& ec) override { return take(s, ec); }
     void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
-    std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view s,
-                                   error_code& ec) override {
+    std::size_t on_chunk_body_impl(std::uint64_t, beast::string_view s, error_code& ec) override {
         return take(s, ec);
     }
     void on_finish_impl(error_code&) override {}
@@ -193,8 +189,8 @@ awaitable<std::tuple<error_code, std::size_t>> write_all(beast::tcp_stream& to,
 template <class Parser>
 awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buffer& from_buffer,
                                        Parser& p, http::buffer_body::value_type& body,
-                                       beast::tcp_stream& to, std::string_view head,
-                                       bool chunked, std::chrono::milliseconds idle,
+                                       beast::tcp_stream& to, std::string_view head, bool chunked,
+                                       std::chrono::milliseconds idle,
                                        const std::function<bool(std::size_t)>* accept_chunk,
                                        char* window) {
     body_result r;
@@ -239,8 +235,8 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
             if (body.size < body_window_size) {
                 break;  // pass on what came before waiting for more
             }
-            const std::size_t room = std::min<std::size_t>(
-                64 * 1024, from_buffer.max_size() - from_buffer.size());
+            const std::size_t room = std::min<std::size_t>(64 * 1024, from_buffer.max_size() -
+                                                                          from_buffer.size());
             if (room == 0) {
                 read_failed = true;  // a chunk header longer than the buffer
                 break;
@@ -280,9 +276,7 @@ awaitable<body_result> forward_message(beast::tcp_stream& from, beast::flat_buff
         static constexpr std::string_view crlf = "\r\n";
         static constexpr std::string_view last_chunk = "0\r\n\r\n";
         const std::array<net::const_buffer, 5> out = {
-            net::buffer(head),
-            net::buffer(size_line, size_len),
-            net::buffer(chunk, got),
+            net::buffer(head), net::buffer(size_line, size_len), net::buffer(chunk, got),
             net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
             net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
         if (net::buffer_size(out) > 0) {
@@ -332,18 +326,18 @@ awaitable<error_code> client_conn::read_response_head(response_reader& rp,
             }
             ec = {};
         }
-        const std::size_t room = std::min<std::size_t>(
-            64 * 1024, upstream_buffer_.max_size() - upstream_buffer_.size());
+        const std::size_t room = std::min<std::size_t>(64 * 1024, upstream_buffer_.max_size() -
+                                                                      upstream_buffer_.size());
         if (room == 0) {
             ec = http::error::buffer_overflow;
             break;
         }
-        auto [rec, rn] =
-            co_await upstream_.async_read_some(upstream_buffer_.prepare(room), use_nothrow);
+        auto [rec, rn] = co_await upstream_.async_read_some(upstream_buffer_.prepare(room),
+                                                            use_nothrow);
         if (rec) {
             ec = rec == net::error::eof && rp.got_some() ? http::error::partial_message
-                 : rec == net::error::eof               ? http::error::end_of_stream
-                                                        : rec;
+                 : rec == net::error::eof                ? http::error::end_of_stream
+                                                         : rec;
             break;
         }
         upstream_buffer_.commit(rn);
@@ -511,7 +505,7 @@ awaitable<bool> client_conn::forward_request(const forward_exchange& x) {
             x.ps.idle_timeout, &within_budget, fs.window);
         st.log.bytes_up += b.written;
         if (b.end != body_end::done) {
-            reason = b.end == body_end::refused      ? "budget"
+            reason = b.end == body_end::refused       ? "budget"
                      : b.end == body_end::write_error ? "upstream_error"
                      : !closed_by_.empty()            ? closed_by_
                                                       : "client_error";
@@ -586,8 +580,7 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
     field_filter response_filter;
     response_filter.keep_upgrade = switching;
     append_end_to_end_lines(out, rp.field_lines(), response_filter);
-    if (const std::string_view c = response_connection(rp.version(), keep, switching);
-        !c.empty()) {
+    if (const std::string_view c = response_connection(rp.version(), keep, switching); !c.empty()) {
         out.append("Connection: ");
         out.append(c);
         out.append("\r\n");
@@ -603,15 +596,14 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
         }
     } else {
         const std::string_view response_head = out;
-        const body_result b =
-            co_await forward_message(upstream_, upstream_buffer_, rp, rp.body, client_,
-                                     response_head, rp.chunked(), x.ps.idle_timeout, nullptr,
-                                     fs.window);
+        const body_result b = co_await forward_message(upstream_, upstream_buffer_, rp, rp.body,
+                                                       client_, response_head, rp.chunked(),
+                                                       x.ps.idle_timeout, nullptr, fs.window);
         st.log.bytes_down += b.written;
         if (b.end != body_end::done) {
             reason = b.end == body_end::write_error ? "client_error"
-                     : !closed_by_.empty()           ? closed_by_
-                                                     : "upstream_error";
+                     : !closed_by_.empty()          ? closed_by_
+                                                    : "upstream_error";
             log_close(st, reason);
             co_return false;
         }
@@ -625,8 +617,8 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
             buffer.consume(buffer.size());
         }
         if (upstream_buffer_.size() > 0) {
-            auto [e, n] =
-                co_await net::async_write(client_.socket(), upstream_buffer_.data(), use_nothrow);
+            auto [e, n] = co_await net::async_write(client_.socket(), upstream_buffer_.data(),
+                                                    use_nothrow);
             st.log.bytes_down += n;
             upstream_buffer_.consume(upstream_buffer_.size());
         }
@@ -643,8 +635,7 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
         address.reset();
     }
     log_close(st, keep ? "done" : "eof");
-    co_return keep && closed_by_.empty();
+    co_return keep&& closed_by_.empty();
 }
-
 
 }  // namespace cordon::proxy::data

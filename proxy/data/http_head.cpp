@@ -22,20 +22,13 @@ bool ascii_iless(std::string_view a, std::string_view b) noexcept {
 bool hop_by_hop_name(std::string_view name) noexcept {
     // By length first: a field name is compared with the one or two names of its length.
     switch (name.size()) {
-        case 2:
-            return ascii_iequals(name, "te");
-        case 7:
-            return ascii_iequals(name, "trailer") || ascii_iequals(name, "upgrade");
-        case 10:
-            return ascii_iequals(name, "connection") || ascii_iequals(name, "keep-alive");
-        case 16:
-            return ascii_iequals(name, "proxy-connection");
-        case 18:
-            return ascii_iequals(name, "proxy-authenticate");
-        case 19:
-            return ascii_iequals(name, "proxy-authorization");
-        default:
-            return false;
+        case 2: return ascii_iequals(name, "te");
+        case 7: return ascii_iequals(name, "trailer") || ascii_iequals(name, "upgrade");
+        case 10: return ascii_iequals(name, "connection") || ascii_iequals(name, "keep-alive");
+        case 16: return ascii_iequals(name, "proxy-connection");
+        case 18: return ascii_iequals(name, "proxy-authenticate");
+        case 19: return ascii_iequals(name, "proxy-authorization");
+        default: return false;
     }
 }
 
@@ -77,8 +70,7 @@ bool tchar(unsigned char c) noexcept {
     if ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')) {
         return true;
     }
-    return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) !=
-           std::string_view::npos;
+    return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
 }
 
 }  // namespace

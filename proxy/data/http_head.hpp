@@ -120,8 +120,8 @@ void append_end_to_end_fields(std::string& out, Fields&& fields, const field_fil
                 (f.drop_expect && ascii_iequals(n, "expect"))) {
                 return;
             }
-            if (!listed.empty() && std::binary_search(listed.begin(), listed.end(), n,
-                                                      ascii_iless)) {
+            if (!listed.empty() &&
+                std::binary_search(listed.begin(), listed.end(), n, ascii_iless)) {
                 return;
             }
         }

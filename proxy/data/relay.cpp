@@ -44,9 +44,7 @@ tunnel_relay::~tunnel_relay() {
     close_pipe(down_);
 }
 
-bool tunnel_relay::open_pipe(direction& d) {
-    return d.pipe[0] >= 0 || w_.pipes.take(d.pipe);
-}
+bool tunnel_relay::open_pipe(direction& d) { return d.pipe[0] >= 0 || w_.pipes.take(d.pipe); }
 
 // Gives the pipe back whenever the direction goes idle, so an idle tunnel holds neither its
 // descriptors nor its kernel buffer. Only an empty pipe goes back to the pool.
@@ -207,8 +205,8 @@ bool tunnel_relay::send(direction& d, const keep_t& keep) {
     std::size_t done = 0;
     while (done < d.pass) {
         error_code ec;
-        const std::size_t n =
-            d.to->write_some(net::buffer(w_.relay_buffer.data() + done, d.pass - done), ec);
+        const std::size_t n = d.to->write_some(
+            net::buffer(w_.relay_buffer.data() + done, d.pass - done), ec);
         if (retry(ec)) {
             break;
         }

@@ -31,9 +31,9 @@ struct relay_hooks {
 struct relay_result {
     std::uint64_t bytes_up = 0;
     std::uint64_t bytes_down = 0;
-    bool idle = false;           ///< ended by the worker's idle sweep
-    bool budget = false;         ///< ended because allow_up refused bytes
-    error_code error;            ///< first unexpected error, if any
+    bool idle = false;    ///< ended by the worker's idle sweep
+    bool budget = false;  ///< ended because allow_up refused bytes
+    error_code error;     ///< first unexpected error, if any
 };
 
 /// Told once, on the worker's thread, that the relay has ended.
@@ -70,16 +70,16 @@ private:
         tcp::socket* from = nullptr;
         tcp::socket* to = nullptr;
         bool up = false;
-        bool use_splice = true;    ///< false once splice proved impossible here
-        bool bulk = false;         ///< copied until a large read shows bulk data
+        bool use_splice = true;  ///< false once splice proved impossible here
+        bool bulk = false;       ///< copied until a large read shows bulk data
         bool done = false;
-        int pipe[2] = {-1, -1};    ///< open only while this direction has data in flight
-        bool spliced = false;      ///< the chunk in hand is in the pipe (else in the buffer)
-        std::size_t held = 0;      ///< bytes in the pipe
-        std::size_t read = 0;      ///< bytes of the chunk in hand, as read
-        std::size_t pass = 0;      ///< ... of which the budget lets through
-        std::size_t left = 0;      ///< ... of which are not yet written (splice path)
-        std::vector<char> rest;    ///< copy path: what a would-block write left over
+        int pipe[2] = {-1, -1};  ///< open only while this direction has data in flight
+        bool spliced = false;    ///< the chunk in hand is in the pipe (else in the buffer)
+        std::size_t held = 0;    ///< bytes in the pipe
+        std::size_t read = 0;    ///< bytes of the chunk in hand, as read
+        std::size_t pass = 0;    ///< ... of which the budget lets through
+        std::size_t left = 0;    ///< ... of which are not yet written (splice path)
+        std::vector<char> rest;  ///< copy path: what a would-block write left over
     };
 
     void pump(direction& d, const keep_t& keep);

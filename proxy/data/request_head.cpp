@@ -11,8 +11,8 @@ std::string_view request_refusal(const http::request_header<>& h, std::string_vi
         return "obsolete header line folding";
     }
     const auto count = [&h](http::field name) {
-        return static_cast<std::size_t>(std::count_if(
-            h.begin(), h.end(), [name](const auto& f) { return f.name() == name; }));
+        return static_cast<std::size_t>(
+            std::count_if(h.begin(), h.end(), [name](const auto& f) { return f.name() == name; }));
     };
     const auto te = h[http::field::transfer_encoding];
     return framing_refusal(count(http::field::host), count(http::field::content_length),

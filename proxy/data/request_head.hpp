@@ -29,8 +29,7 @@ awaitable<read_head_result> read_request_head(AsyncReadStream& s, beast::flat_bu
     std::size_t searched = 0;
     std::size_t checked = 0;
     for (;;) {
-        const std::string_view have(static_cast<const char*>(buffer.data().data()),
-                                    buffer.size());
+        const std::string_view have(static_cast<const char*>(buffer.data().data()), buffer.size());
         const auto end = have.find("\r\n\r\n", searched);
         // Only the head's own bytes: a body (or a ClientHello after CONNECT) may follow.
         const std::size_t head_end = end != std::string_view::npos ? end + 4 : have.size();
@@ -50,8 +49,7 @@ awaitable<read_head_result> read_request_head(AsyncReadStream& s, beast::flat_bu
         }
         searched = have.size() >= 3 ? have.size() - 3 : 0;
         auto [ec, n] = co_await s.async_read_some(
-            buffer.prepare(std::min<std::size_t>(limit - have.size() + 4, 16 * 1024)),
-            use_nothrow);
+            buffer.prepare(std::min<std::size_t>(limit - have.size() + 4, 16 * 1024)), use_nothrow);
         if (ec) {
             r.error = ec;
             break;

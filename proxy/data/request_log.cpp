@@ -88,8 +88,9 @@ void request_log::deny(config::deny_reason reason, int status, std::string_view 
         return;
     }
     auto r = make("conn.deny");
-    r.add("reason", config::to_string(reason)).add("target", target).add("status",
-                                                                          std::int64_t{status});
+    r.add("reason", config::to_string(reason))
+        .add("target", target)
+        .add("status", std::int64_t{status});
     if (!who_->method.empty()) {
         r.add("method", who_->method);  // CONNECT or the HTTP method: `policy replay` re-decides
     }

@@ -1,9 +1,9 @@
 #include "proxy/data/reserved_host.hpp"
 
 #include "common/json_string.hpp"
-#include "proxy/data/responses.hpp"
 #include "config/target.hpp"
 #include "proxy/audit/tool_event.hpp"
+#include "proxy/data/responses.hpp"
 
 namespace cordon::proxy::data {
 namespace {
@@ -34,7 +34,8 @@ std::string error_body(std::string_view message) {
 
 }  // namespace
 
-awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client, beast::flat_buffer& buffer,
+awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client,
+                               beast::flat_buffer& buffer,
                                http::request_parser<http::buffer_body>& parser,
                                const reserved_caller& who) {
     const auto& req = parser.get();
@@ -64,7 +65,8 @@ awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client, 
         message = "send the event with a Content-Length";
     } else if (*parser.content_length() > audit::max_event_body_bytes) {
         status = 413;
-        message = "the event is larger than " + std::to_string(audit::max_event_body_bytes) + " bytes";
+        message = "the event is larger than " + std::to_string(audit::max_event_body_bytes) +
+                  " bytes";
     }
     if (status != 0) {
         const std::string resp = json_reply(status, error_body(message), false);
@@ -107,8 +109,8 @@ awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client, 
     }
     const audit::tool_event_source from{who.session, who.job, who.token_id, who.client, "proxy"};
     if (!rt.audit(audit::tool_call_record(*e, from, rt.now()))) {
-        const std::string resp =
-            json_reply(503, error_body("the audit log is unavailable; nothing recorded"), false);
+        const std::string resp = json_reply(
+            503, error_body("the audit log is unavailable; nothing recorded"), false);
         co_await net::async_write(client.socket(), net::buffer(resp), use_nothrow);
         co_return false;
     }

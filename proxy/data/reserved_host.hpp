@@ -14,7 +14,7 @@ struct reserved_caller {
     std::string_view session;  ///< "" for clients attributed by `sources` (then refused: 407)
     std::string_view job;
     std::string_view token_id;
-    std::string_view client;   ///< "ip:port"
+    std::string_view client;  ///< "ip:port"
 };
 
 /// Answers one request to the reserved name, whose head `parser` has parsed (its body, if
@@ -23,7 +23,8 @@ struct reserved_caller {
 /// session: 202 {"recorded":"tool.call"}. Malformed bodies: 400, no length: 411, too large:
 /// 413, other paths 404, other methods and CONNECT 405, audit log down 503; each with a JSON
 /// body {"error": ...}. Returns true when the connection may carry another request.
-awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client, beast::flat_buffer& buffer,
+awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client,
+                               beast::flat_buffer& buffer,
                                http::request_parser<http::buffer_body>& parser,
                                const reserved_caller& who);
 

@@ -70,9 +70,9 @@ std::string deny_response(int status, std::string_view reason, std::string_view 
     // A 5xx with a deny reason is cordon refusing (audit_unavailable: 503), not the
     // upstream failing: "denied", as the X-Cordon-Deny header says.
     std::string body = "{\"error\":\"";
-    body += status == 407                      ? "proxy_auth_required"
+    body += status == 407                     ? "proxy_auth_required"
             : status >= 500 && reason.empty() ? "upstream_error"
-                                               : "denied";
+                                              : "denied";
     body += '"';
     if (!reason.empty()) {
         body += ",\"reason\":";

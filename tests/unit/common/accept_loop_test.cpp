@@ -52,7 +52,8 @@ steady::duration run(fake_acceptor& a, OnAccept on_accept) {
 const error_code emfile = std::make_error_code(std::errc::too_many_files_open);
 
 TEST_CASE("accept loop: serves each socket, backs off 100 ms on an error, stops when "
-          "cancelled", "[accept_loop]") {
+          "cancelled",
+          "[accept_loop]") {
     fake_acceptor a;
     a.script = {{}, emfile, {}, {}};
     std::vector<int> served;
@@ -61,7 +62,7 @@ TEST_CASE("accept loop: serves each socket, backs off 100 ms on an error, stops 
         return after_accept::next;
     });
     CHECK(served == std::vector<int>{1, 2, 3});
-    CHECK(took >= std::chrono::milliseconds(100));   // one back-off
+    CHECK(took >= std::chrono::milliseconds(100));  // one back-off
     CHECK(took < std::chrono::milliseconds(1000));
 }
 
@@ -90,7 +91,8 @@ TEST_CASE("accept loop: a handler over its cap asks for the back-off", "[accept_
 }
 
 TEST_CASE("accept loop: every error is followed by a back-off, errors never reach the "
-          "handler", "[accept_loop]") {
+          "handler",
+          "[accept_loop]") {
     fake_acceptor a;
     a.script = {emfile, std::make_error_code(std::errc::too_many_files_open_in_system), {}};
     std::vector<int> served;

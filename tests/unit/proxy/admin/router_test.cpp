@@ -24,36 +24,35 @@ struct row {
 
 std::string name(route r) {
     switch (r) {
-    case route::healthz: return "healthz";
-    case route::metrics: return "metrics";
-    case route::status: return "status";
-    case route::denials: return "denials";
-    case route::reload: return "reload";
-    case route::kill: return "kill";
-    case route::revive: return "revive";
-    case route::events: return "events";
-    case route::list_sessions: return "list_sessions";
-    case route::create_session: return "create_session";
-    case route::get_session: return "get_session";
-    case route::end_session: return "end_session";
-    case route::kill_session: return "kill_session";
-    case route::add_token: return "add_token";
-    case route::revoke_token: return "revoke_token";
-    case route::post_event: return "post_event";
-    case route::job_card: return "job_card";
-    case route::worksheet: return "worksheet";
-    case route::unauthorized: return "unauthorized (401)";
-    case route::not_found: return "not_found (404)";
-    case route::method_not_allowed: return "method_not_allowed (405)";
+        case route::healthz: return "healthz";
+        case route::metrics: return "metrics";
+        case route::status: return "status";
+        case route::denials: return "denials";
+        case route::reload: return "reload";
+        case route::kill: return "kill";
+        case route::revive: return "revive";
+        case route::events: return "events";
+        case route::list_sessions: return "list_sessions";
+        case route::create_session: return "create_session";
+        case route::get_session: return "get_session";
+        case route::end_session: return "end_session";
+        case route::kill_session: return "kill_session";
+        case route::add_token: return "add_token";
+        case route::revoke_token: return "revoke_token";
+        case route::post_event: return "post_event";
+        case route::job_card: return "job_card";
+        case route::worksheet: return "worksheet";
+        case route::unauthorized: return "unauthorized (401)";
+        case route::not_found: return "not_found (404)";
+        case route::method_not_allowed: return "method_not_allowed (405)";
     }
     return "?";
 }
 
 void check(const row& r) {
     const route_match m = route_request(r.method, r.target, r.authorized);
-    INFO(std::string(boost::beast::http::to_string(r.method)) << ' ' << r.target
-                                                              << (r.authorized ? " (admin token)"
-                                                                               : " (no token)"));
+    INFO(std::string(boost::beast::http::to_string(r.method))
+         << ' ' << r.target << (r.authorized ? " (admin token)" : " (no token)"));
     CHECK(name(m.route) == name(r.expected));
     CHECK(m.id == r.id);
     CHECK(m.sub_id == r.sub_id);

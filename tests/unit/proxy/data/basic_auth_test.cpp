@@ -125,8 +125,7 @@ TEST_CASE("basic_auth: base64_decode refuses non-canonical and invalid input", "
     CHECK_FALSE(base64_decode(c.in));
 }
 
-TEST_CASE("basic_auth: base64_decode accepts exactly the canonical padded forms",
-          "[basic_auth]") {
+TEST_CASE("basic_auth: base64_decode accepts exactly the canonical padded forms", "[basic_auth]") {
     // Every "XY==" and "XYZ=": accepted exactly when the pad bits are zero, and then the
     // decoded bytes encode back to the same text.
     std::size_t accepted_two = 0;
@@ -257,8 +256,7 @@ TEST_CASE("basic_auth: values over 1 KiB are refused, counting surrounding white
     CHECK_FALSE(parse_basic_auth(basic("u:" + std::string(100000, 'p'))));
 }
 
-TEST_CASE("basic_auth: the user ends at the first colon of random credentials",
-          "[basic_auth]") {
+TEST_CASE("basic_auth: the user ends at the first colon of random credentials", "[basic_auth]") {
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_int_distribution<std::size_t> length(0, 40);

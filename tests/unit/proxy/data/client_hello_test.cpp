@@ -49,13 +49,9 @@ bytes load_hex(const std::string& name) {
     return out;
 }
 
-bytes from_text(std::string_view s) {
-    return bytes(s.begin(), s.end());
-}
+bytes from_text(std::string_view s) { return bytes(s.begin(), s.end()); }
 
-void put8(bytes& out, std::size_t v) {
-    out.push_back(static_cast<std::uint8_t>(v));
-}
+void put8(bytes& out, std::size_t v) { out.push_back(static_cast<std::uint8_t>(v)); }
 
 void put16(bytes& out, std::size_t v) {
     put8(out, v >> 8);
@@ -67,9 +63,7 @@ void put24(bytes& out, std::size_t v) {
     put16(out, v);
 }
 
-void append(bytes& out, const bytes& in) {
-    out.insert(out.end(), in.begin(), in.end());
-}
+void append(bytes& out, const bytes& in) { out.insert(out.end(), in.begin(), in.end()); }
 
 /// One extension; `length_lie` is written instead of the true length.
 struct extension {
@@ -102,9 +96,7 @@ extension server_name(const std::vector<bytes>& entries,
     return ext;
 }
 
-extension sni(std::string_view host) {
-    return server_name({name_entry(0, host)});
-}
+extension sni(std::string_view host) { return server_name({name_entry(0, host)}); }
 
 /// A ClientHello handshake message, TLS 1.3 style by default, with lengths that may lie.
 struct hello {
@@ -191,9 +183,7 @@ bytes full_records(const bytes& message) {
     return records(message, sizes);
 }
 
-hello_result parse(const bytes& b) {
-    return parse_client_hello(b);
-}
+hello_result parse(const bytes& b) { return parse_client_hello(b); }
 
 hello_result parse_prefix(const bytes& b, std::size_t n) {
     return parse_client_hello(std::span<const std::uint8_t>(b.data(), n));
@@ -243,10 +233,8 @@ void check_bad(const bytes& b, std::string_view why) {
 
 TEST_CASE("client_hello: captured hellos from real clients", "[client_hello]") {
     const std::vector<std::pair<std::string, std::string>> captured{
-        {"openssl_sni", "example.com"},
-        {"openssl_sni_mixed_case", "Api.Example.COM"},
-        {"openssl_tls12_sni", "api.zendesk.com"},
-        {"python_ssl_sni", "pypi.org"},
+        {"openssl_sni", "example.com"},           {"openssl_sni_mixed_case", "Api.Example.COM"},
+        {"openssl_tls12_sni", "api.zendesk.com"}, {"python_ssl_sni", "pypi.org"},
         {"curl_sni", "www.example.org"},
     };
     for (const auto& [name, want] : captured) {
@@ -269,8 +257,8 @@ TEST_CASE("client_hello: the SNI keeps the case the client sent", "[client_hello
 }
 
 TEST_CASE("client_hello: every prefix of a good hello asks for more", "[client_hello]") {
-    for (const char* name : {"openssl_sni", "openssl_nosni", "openssl_tls12_sni",
-                             "python_ssl_sni", "curl_sni"}) {
+    for (const char* name :
+         {"openssl_sni", "openssl_nosni", "openssl_tls12_sni", "python_ssl_sni", "curl_sni"}) {
         INFO(name);
         check_prefixes(load_hex(name), true);
     }
@@ -284,12 +272,12 @@ TEST_CASE("client_hello: a hello fragmented over several records", "[client_hell
     REQUIRE(message.size() == 512);
 
     const std::vector<std::vector<std::size_t>> splits{
-        {1},          // inside the handshake header
-        {4},          // right after it
-        {100},        // two records
-        {2, 300},     // three records, the first inside the header
-        {200, 200},   // three records
-        {511},        // the last byte alone
+        {1},         // inside the handshake header
+        {4},         // right after it
+        {100},       // two records
+        {2, 300},    // three records, the first inside the header
+        {200, 200},  // three records
+        {511},       // the last byte alone
     };
     for (const auto& sizes : splits) {
         INFO("first fragments: " << sizes.front() << " (" << sizes.size() + 1 << " records)");
@@ -307,7 +295,7 @@ TEST_CASE("client_hello: a hello fragmented over several records", "[client_hell
 TEST_CASE("client_hello: bytes after the hello's records are not looked at", "[client_hello]") {
     const bytes hello_records = load_hex("openssl_sni");
     bytes b = hello_records;
-    append(b, record({0x01}, 20, 0x0303));     // change_cipher_spec
+    append(b, record({0x01}, 20, 0x0303));   // change_cipher_spec
     append(b, record(bytes(40, 0x77), 23));  // early application data
     append(b, from_text("garbage"));
     const hello_result r = parse(b);
@@ -342,9 +330,10 @@ TEST_CASE("client_hello: host name edge cases that are fine", "[client_hello]") 
     check_ok(records(hello{}.with(sni("a")).message()), "a");
     const std::string longest(255, 'h');
     check_ok(records(hello{}.with(sni(longest)).message()), longest);
-    check_ok(records(hello{}.with(server_name({name_entry(7, "x"), name_entry(0, "b.example")}))
-                         .message()),
-             "b.example");
+    check_ok(
+        records(
+            hello{}.with(server_name({name_entry(7, "x"), name_entry(0, "b.example")})).message()),
+        "b.example");
     // server_name anywhere in the list, and an empty session id, TLS 1.0 record and hello.
     hello h;
     h.session_id.clear();
@@ -357,8 +346,7 @@ TEST_CASE("client_hello: not TLS at all", "[client_hello]") {
     const std::vector<bytes> inputs{
         from_text("GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"),
         from_text("CONNECT example.com:443 HTTP/1.1\r\n\r\n"),
-        from_text("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"),
-        from_text("G"),
+        from_text("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"), from_text("G"),
         // An SSLv2-compatible ClientHello: 2-byte header with the top bit set, type 1.
         bytes{0x80, 0x2e, 0x01, 0x00, 0x02, 0x00, 0x15, 0x00, 0x00, 0x00, 0x10},
         record(bytes(10, 0x01), 23),  // a TLS record, but application data
@@ -511,7 +499,8 @@ TEST_CASE("client_hello: extension and host name refusals", "[client_hello]") {
     check_bad(records(hello{}.with(sni("a.example")).with(sni("a.example")).message()),
               "duplicate extension 0");
     check_bad(
-        records(hello{}.with(server_name({name_entry(0, "a.example"), name_entry(0, "b.example")}))
+        records(hello{}
+                    .with(server_name({name_entry(0, "a.example"), name_entry(0, "b.example")}))
                     .message()),
         "more than one host_name");
     check_bad(records(hello{}.with(sni("")).message()), "host_name of 0 bytes");
@@ -520,8 +509,7 @@ TEST_CASE("client_hello: extension and host name refusals", "[client_hello]") {
     check_bad(records(hello{}.with(sni(std::string("a\0b.example", 11))).message()),
               "outside visible ASCII");
     check_bad(records(hello{}.with(sni("a b.example")).message()), "outside visible ASCII");
-    check_bad(records(hello{}.with(sni("caf\xc3\xa9.example")).message()),
-              "outside visible ASCII");
+    check_bad(records(hello{}.with(sni("caf\xc3\xa9.example")).message()), "outside visible ASCII");
     check_bad(records(hello{}.with(sni("a.example\r\n")).message()), "outside visible ASCII");
 }
 

@@ -129,15 +129,27 @@ TEST_CASE("dialer: classify, as a table", "[dialer]") {
     };
     const std::vector<row> rows = {
         {"public name", false, {"93.184.216.34"}, 443, deny_reason::none},
-        {"a name resolving to a private address", false, {"10.0.0.1"}, 443,
+        {"a name resolving to a private address",
+         false,
+         {"10.0.0.1"},
+         443,
          deny_reason::private_address},
-        {"one private address among public ones", false, {"93.184.216.34", "192.168.1.1"}, 443,
+        {"one private address among public ones",
+         false,
+         {"93.184.216.34", "192.168.1.1"},
+         443,
          deny_reason::private_address},
         {"loopback by name", false, {"127.0.0.1"}, 80, deny_reason::private_address},
         {"a literal was decided with the request", true, {"10.0.0.1"}, 443, deny_reason::none},
-        {"ourselves: a listener's address and port", true, {"192.0.2.50"}, 3128,
+        {"ourselves: a listener's address and port",
+         true,
+         {"192.0.2.50"},
+         3128,
          deny_reason::private_address},
-        {"ourselves: loopback on a listener's port", true, {"127.0.0.1"}, 3128,
+        {"ourselves: loopback on a listener's port",
+         true,
+         {"127.0.0.1"},
+         3128,
          deny_reason::private_address},
         {"a listener's address on another port", true, {"192.0.2.50"}, 443, deny_reason::none},
     };
@@ -203,8 +215,8 @@ TEST_CASE("dialer: refusals and failures, named", "[dialer]") {
         const dial_result r = h.dial(make_target("down.test", 80, "down.test:80"));
         CHECK(r.status == dial_status::unreachable);
         CHECK(r.http_status == 502);
-        CHECK(r.message ==
-              "cannot connect to down.test:80: " + error_code(net::error::connection_refused).message());
+        CHECK(r.message == "cannot connect to down.test:80: " +
+                               error_code(net::error::connection_refused).message());
     }
     SECTION("the last attempt timed out: 504") {
         h.res.answers["slow.test"] = answer({"93.184.216.34"});

@@ -24,9 +24,8 @@ std::string filtered(std::string_view lines, field_filter f = {}) {
 
 std::vector<std::pair<std::string, std::string>> fields_of(std::string_view lines) {
     std::vector<std::pair<std::string, std::string>> v;
-    for_each_field(lines, [&](std::string_view n, std::string_view value) {
-        v.emplace_back(n, value);
-    });
+    for_each_field(lines,
+                   [&](std::string_view n, std::string_view value) { v.emplace_back(n, value); });
     return v;
 }
 
@@ -54,11 +53,10 @@ TEST_CASE("hop-by-hop names, any case", "[http_head]") {
     }
 }
 
-TEST_CASE("hop-by-hop names: the length switch agrees with the list, for any name",
-          "[http_head]") {
-    const std::set<std::string> list{"connection", "keep-alive", "proxy-connection",
-                                     "proxy-authorization", "proxy-authenticate", "te",
-                                     "trailer", "upgrade"};
+TEST_CASE("hop-by-hop names: the length switch agrees with the list, for any name", "[http_head]") {
+    const std::set<std::string> list{
+        "connection",         "keep-alive", "proxy-connection", "proxy-authorization",
+        "proxy-authenticate", "te",         "trailer",          "upgrade"};
     std::mt19937 rng(20261130);
     const std::string letters = "connectikalv-pryuhzsgdTECONRAUPGKLIV";
     for (int i = 0; i < 200000; ++i) {

@@ -108,7 +108,8 @@ TEST_CASE("request_head: what is refused before the head ends", "[request_head]"
         CHECK_FALSE(o.r.refusal.empty());
     }
     SECTION("a head over the limit") {
-        const std::string big = "GET http://a/ HTTP/1.1\r\nX: " + std::string(300, 'a') + "\r\n\r\n";
+        const std::string big = "GET http://a/ HTTP/1.1\r\nX: " + std::string(300, 'a') +
+                                "\r\n\r\n";
         const read_outcome o = read_from(big, 128, 64);
         CHECK(o.r.too_large);
         CHECK(o.r.refusal.empty());
@@ -137,7 +138,8 @@ TEST_CASE("request_head: smuggling refusals on a parsed head", "[request_head]")
         {"Transfer-Encoding with Content-Length",
          {{"Host", "a"}, {"Content-Length", "4"}, {"Transfer-Encoding", "chunked"}},
          "both Content-Length and Transfer-Encoding"},
-        {"a coding other than chunked", {{"Host", "a"}, {"Transfer-Encoding", "gzip"}},
+        {"a coding other than chunked",
+         {{"Host", "a"}, {"Transfer-Encoding", "gzip"}},
          "only a single Transfer-Encoding: chunked is accepted"},
         {"two Transfer-Encoding fields",
          {{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}},

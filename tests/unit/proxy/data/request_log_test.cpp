@@ -129,8 +129,7 @@ TEST_CASE("request_log: an error after the open is a note; the close still comes
         l.open("");
         l.error(417, "only Expect: 100-continue is supported");
     }  // nobody closed it: the destructor does
-    REQUIRE(h.sink.events() ==
-            std::vector<std::string>{"conn.open", "conn.error", "conn.close"});
+    REQUIRE(h.sink.events() == std::vector<std::string>{"conn.open", "conn.error", "conn.close"});
     CHECK(str(h.sink.records[2], "reason") == "error");
 }
 
@@ -158,7 +157,10 @@ TEST_CASE("request_log: requests that end without saying how", "[request_log]") 
         CHECK(str(h.sink.records[1], "reason") == "session_killed");
     }
     SECTION("dismissed: no record at all") {
-        { auto l = h.log(); l.dismiss(); }
+        {
+            auto l = h.log();
+            l.dismiss();
+        }
         CHECK(h.sink.records.empty());
     }
 }

@@ -169,8 +169,8 @@ TEST_CASE("responses: deny_response framing and body", "[responses]") {
          "the target needs a port, e.g. example.com:443", "denied"},
         {"auth challenge", 407, "auth", "", "example.com:443", "proxy credentials are missing",
          "proxy_auth_required"},
-        {"upstream error without a reason", 502, "", "job-1", "example.com:443",
-         "connect failed", "upstream_error"},
+        {"upstream error without a reason", 502, "", "job-1", "example.com:443", "connect failed",
+         "upstream_error"},
         {"audit unavailable", 503, "audit_unavailable", "job-1", "example.com:443",
          "the audit log cannot be written", "denied"},  // cordon refuses: no upstream failed
         {"gateway timeout", 504, "", "", "", "", "upstream_error"},
@@ -215,21 +215,13 @@ TEST_CASE("responses: deny_response framing and body", "[responses]") {
 }
 
 TEST_CASE("responses: the body stays valid JSON for hostile targets", "[responses]") {
-    const auto target = GENERATE(as<std::string>{},
-        "quote\"d:443",
-        "\"},\"injected\":true,\"x\":\"",
-        "back\\slash\\",
-        "\\u0000",
-        "line\r\nX-Injected: 1\r\n\r\n",
-        "\0nul"s,
-        "\x01\x02\x1f\x7f",
-        "invalid \xff\xfe utf-8 \xc3",
-        "overlong \xc0\xaf and surrogate \xed\xa0\x80",
-        "valid utf-8 \xc3\xa9 \xf0\x9f\x98\x80",
-        all_bytes(),
-        std::string(8192, '"'));
-    const std::string raw =
-        deny_response(400, "bad_request", "job \"x\"\n", target, "msg with \\ and \"\x01\xff");
+    const auto target = GENERATE(
+        as<std::string>{}, "quote\"d:443", "\"},\"injected\":true,\"x\":\"", "back\\slash\\",
+        "\\u0000", "line\r\nX-Injected: 1\r\n\r\n", "\0nul"s, "\x01\x02\x1f\x7f",
+        "invalid \xff\xfe utf-8 \xc3", "overlong \xc0\xaf and surrogate \xed\xa0\x80",
+        "valid utf-8 \xc3\xa9 \xf0\x9f\x98\x80", all_bytes(), std::string(8192, '"'));
+    const std::string raw = deny_response(400, "bad_request", "job \"x\"\n", target,
+                                          "msg with \\ and \"\x01\xff");
     const response r = split(raw);
     // The hostile bytes never reach the header block.
     CHECK(r.headers.size() == 4);  // X-Cordon-Deny, Content-Type, -Length, Connection
@@ -271,8 +263,9 @@ TEST_CASE("responses: deny_response bytes pinned for quotes and UTF-8", "[respon
           "application/json\r\nContent-Length: " +
               std::to_string(auth_body.size()) + "\r\nConnection: close\r\n\r\n" + auth_body);
 
-    const std::string err_body = R"({"error":"upstream_error","job":"j","target":"t:1","message":""})"
-                                 "\n";
+    const std::string err_body =
+        R"({"error":"upstream_error","job":"j","target":"t:1","message":""})"
+        "\n";
     CHECK(deny_response(502, "", "j", "t:1", "") ==
           "HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: " +
               std::to_string(err_body.size()) + "\r\nConnection: close\r\n\r\n" + err_body);
