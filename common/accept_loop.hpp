@@ -1,5 +1,5 @@
 #pragma once
-// The accept loop every listener shares: the proxy and admin listeners (proxy/daemon.cpp),
+// The accept loop every listener shares: the proxy and admin listeners (proxy/listeners.cpp),
 // DNS over TCP (dns/server.cpp) and the `cordon run` relays (shims/relay.cpp).
 
 #include <chrono>

@@ -93,7 +93,7 @@ struct worker {
 class connection_registry {
 public:
     /// Runs `fn` on every worker's thread in turn and sums what it returns.
-    /// Callers pass named objects, never temporaries (see GCC PR 100611 in client.cpp).
+    /// Callers pass named objects, never temporaries (GCC PR 100611: see proxy/data/dialer.cpp).
     /// All workers run `fn` in parallel; `meanwhile` runs here while they do.
     awaitable<std::size_t> on_workers(const std::function<std::size_t(worker&)>& fn,
                                       const std::function<void()>& meanwhile = {});
