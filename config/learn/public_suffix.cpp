@@ -132,15 +132,15 @@ public_suffix_list public_suffix_list::parse(std::string_view text) {
                 // The '*' label is not stored: wildcards_ holds the suffix after it.
                 ok = from == 0 && !exception && dot < line.size();
                 wildcard = true;
-            } else if (label.empty() || label.find('*') != std::string_view::npos) {
-                ok = false;  // an empty label, or '*' inside a label
-            } else if (const auto a = to_a_label(label)) {
+            } else if (const auto a = label.empty() || label.find('*') != std::string_view::npos
+                                          ? std::nullopt
+                                          : to_a_label(label)) {
                 if (!rule.empty()) {
                     rule.push_back('.');
                 }
                 rule += lower_ascii(*a);
             } else {
-                ok = false;
+                ok = false;  // an empty label, '*' inside a label, or no A-label for it
             }
             from = dot + 1;
         }
