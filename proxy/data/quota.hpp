@@ -36,7 +36,8 @@ public:
 
     /// Bytes the session may still send up; nullopt when unlimited.
     std::optional<std::uint64_t> budget_left(const config::job_limits& limits) const;
-    /// True when the upload budget is used up (a new request is refused: `budget`).
+    /// True when the upload budget is used up: a new CONNECT is refused (`budget`). Forwarded
+    /// requests are refused per body chunk instead (admit_chunk), as they always were.
     bool budget_spent(const config::job_limits& limits) const {
         const auto left = budget_left(limits);
         return left && *left == 0;
