@@ -30,6 +30,7 @@ std::string_view to_string(deny_reason r) noexcept {
         "token_revoked",
         "session_ended",
         "audit_unavailable",
+        "http_rule",
     };
     const auto i = static_cast<std::size_t>(r);
     return i < names.size() ? names[i] : "unknown";
@@ -39,13 +40,14 @@ namespace {
 
 // How far a rule got in matching a request; the furthest stage reached over all candidate
 // rules names the deny reason.
-enum stage : int { no_match = 0, host_ok, port_ok, protocol_ok, all_ok };
+enum stage : int { no_match = 0, host_ok, port_ok, protocol_ok, method_ok, all_ok };
 
 deny_reason reason_for(int best) {
     switch (best) {
         case host_ok: return deny_reason::port;
         case port_ok: return deny_reason::protocol;
         case protocol_ok: return deny_reason::method;
+        case method_ok: return deny_reason::http_rule;
         case all_ok: return deny_reason::none;
         default: return deny_reason::no_rule;
     }
@@ -74,8 +76,21 @@ public:
                 s = port_ok;
                 if (protocol_fits(r.proto, args_.kind)) {
                     s = protocol_ok;
-                    if (args_.kind != request_kind::http || r.allows_method(args_.method)) {
+                    if (args_.kind != request_kind::http) {
                         s = all_ok;
+                    } else if (r.allows_method(args_.method)) {
+                        s = method_ok;
+                        http_index_ = -1;
+                        if (r.http.empty()) {
+                            s = all_ok;
+                        } else if (args_.path_refused) {
+                            bad_path_ = true;  // no request rule can judge this path
+                        } else {
+                            http_index_ = match_http_rules(r.http, args_.method, args_.path);
+                            if (http_index_ >= 0) {
+                                s = all_ok;
+                            }
+                        }
                     }
                 }
             }
@@ -83,6 +98,7 @@ public:
                 best_ = s;
                 result_.rule = &r;
                 result_.rule_index = static_cast<int>(i);
+                result_.http_index = s == all_ok ? http_index_ : -1;
             }
             if (s == all_ok) {
                 return true;
@@ -93,6 +109,11 @@ public:
 
     decision result() {
         result_.reason = reason_for(best_);
+        if (best_ == method_ok && bad_path_) {
+            // A path the request rules cannot judge (an encoded '/', a dot segment, ...):
+            // the request is malformed, whatever the rules say.
+            result_.reason = deny_reason::bad_request;
+        }
         return result_;
     }
 
@@ -100,6 +121,8 @@ private:
     const job& job_;
     const decide_args& args_;
     int best_ = no_match;
+    bool bad_path_ = false;
+    int http_index_ = -1;
     decision result_;
 };
 

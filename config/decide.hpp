@@ -37,8 +37,10 @@ enum class deny_reason : std::uint8_t {
     token_revoked,
     session_ended,
     audit_unavailable,
+    // The policy model's again (added with request rules; appended so no value moves).
+    http_rule,  ///< an http rule with request rules matches, but none of them this request
 };
-inline constexpr std::size_t deny_reason_count = 19;
+inline constexpr std::size_t deny_reason_count = 20;
 std::string_view to_string(deny_reason r) noexcept;
 
 /// What the request asks the proxy to do.
@@ -54,6 +56,12 @@ struct decide_args {
     std::uint16_t port = 0;
     request_kind kind = request_kind::connect;
     std::string_view method;  ///< http only
+    /// http only: the request's path in normal form (config/http_rules.hpp normalise_path),
+    /// matched against the request rules of a rule that has them.
+    std::string_view path;
+    /// http only: set when the path was refused by normalise_path (its error); a rule with
+    /// request rules then denies bad_request. Rules without request rules never look.
+    bool path_refused = false;
 };
 
 /// The answer. `rule` points into the compiled policy's jobs and lives as long as it.
@@ -61,6 +69,7 @@ struct decision {
     deny_reason reason = deny_reason::no_rule;
     const egress_rule* rule = nullptr;  ///< the allowing rule, or the closest match
     int rule_index = -1;                ///< index of `rule` in its job's egress list
+    int http_index = -1;                ///< the request rule (rule->http) that matched, if any
     bool allowed() const noexcept { return reason == deny_reason::none; }
 };
 

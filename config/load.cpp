@@ -250,6 +250,9 @@ std::vector<diagnostic> shadowed_rules(const policy& p, std::string_view file) {
         if ((a.proto == protocol::http) != (b.proto == protocol::http)) {
             return false;
         }
+        if (a.proto == protocol::http && !a.http.empty()) {
+            return false;  // request rules take some paths only: b may still be reached
+        }
         if (a.proto != protocol::http || a.methods.empty()) {
             return true;
         }

@@ -46,6 +46,8 @@ private:
     // Returns false when the rule is unusable; errors are reported either way.
     bool load_rule(const YAML::Node& n, const std::string& path, egress_rule& r);
     void load_ports(const YAML::Node& n, const std::string& path, std::vector<std::uint16_t>& out);
+    void load_methods(const YAML::Node& n, const std::string& path, std::vector<std::string>& out);
+    void load_http_rules(const YAML::Node& n, const std::string& path, std::vector<http_rule>& out);
     void load_resolves_to(const YAML::Node& n, const std::string& path, std::vector<cidr>& out);
     // True (after the error) when `p` would open the unspecified range.
     bool refuse_unspecified(const YAML::Node& n, const std::string& path, const cidr& p);

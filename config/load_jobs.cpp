@@ -210,8 +210,8 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
     }
     r.pos = {n.Mark().line + 1, n.Mark().column + 1};
     const std::size_t errors_before = errors_.size();
-    const auto keys = check_keys(n, path,
-                                 {"host", "cidr", "ports", "protocol", "methods", "resolves_to"});
+    const auto keys = check_keys(
+        n, path, {"host", "cidr", "ports", "protocol", "methods", "http", "resolves_to"});
     const auto* host = find(keys, "host");
     const auto* net = find(keys, "cidr");
     if (host != nullptr && net != nullptr) {
@@ -266,35 +266,23 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
                   "rule");
         }
     }
-    if (const auto* v = find(keys, "methods")) {
+    const auto* methods = find(keys, "methods");
+    if (methods != nullptr) {
         if (r.proto != protocol::http) {
-            error(*v, path + ".methods", "'methods' applies only to protocol: http");
-        } else if (expect_list(*v, path + ".methods", "HTTP methods")) {
-            for (std::size_t i = 0; i < v->size(); ++i) {
-                const std::string mp = path + ".methods[" + std::to_string(i) + "]";
-                auto s = get_string((*v)[i], mp);
-                if (!s) {
-                    continue;
-                }
-                if (!valid_http_method(*s)) {
-                    error((*v)[i], mp,
-                          "'" + *s +
-                              "' is not an HTTP method (write it in "
-                              "upper case, e.g. GET)");
-                } else if (*s == "CONNECT") {
-                    error((*v)[i], mp,
-                          "CONNECT is not forwarded by http rules; use a tls "
-                          "or tcp rule");
-                } else if (std::find(r.methods.begin(), r.methods.end(), *s) != r.methods.end()) {
-                    error((*v)[i], mp, "'" + *s + "' listed twice");
-                } else {
-                    r.methods.push_back(std::move(*s));
-                }
-            }
-            if (v->size() == 0) {
-                error(*v, path + ".methods",
-                      "an empty list allows no method; leave 'methods' out to allow any");
-            }
+            error(*methods, path + ".methods", "'methods' applies only to protocol: http");
+        } else {
+            load_methods(*methods, path + ".methods", r.methods);
+        }
+    }
+    if (const auto* v = find(keys, "http")) {
+        if (r.proto != protocol::http) {
+            error(*v, path + ".http", "'http' request rules apply only to protocol: http");
+        } else if (methods != nullptr) {
+            error(*v, path + ".http",
+                  "give either 'methods' or 'http', not both: write the methods in the "
+                  "request rules (`http: [{methods: [GET], paths: [\"/**\"]}]`)");
+        } else {
+            load_http_rules(*v, path + ".http", r.http);
         }
     }
     if (const auto* v = find(keys, "resolves_to")) {
@@ -305,6 +293,82 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
         }
     }
     return errors_.size() == errors_before;
+}
+
+void loader::load_methods(const YAML::Node& n, const std::string& path,
+                          std::vector<std::string>& out) {
+    if (!expect_list(n, path, "HTTP methods")) {
+        return;
+    }
+    for (std::size_t i = 0; i < n.size(); ++i) {
+        const std::string mp = path + "[" + std::to_string(i) + "]";
+        auto s = get_string(n[i], mp);
+        if (!s) {
+            continue;
+        }
+        if (!valid_http_method(*s)) {
+            error(n[i], mp,
+                  "'" + *s + "' is not an HTTP method (write it in upper case, e.g. GET)");
+        } else if (*s == "CONNECT") {
+            error(n[i], mp, "CONNECT is not forwarded by http rules; use a tls or tcp rule");
+        } else if (std::find(out.begin(), out.end(), *s) != out.end()) {
+            error(n[i], mp, "'" + *s + "' listed twice");
+        } else {
+            out.push_back(std::move(*s));
+        }
+    }
+    if (n.size() == 0) {
+        error(n, path, "an empty list allows no method; leave 'methods' out to allow any");
+    }
+}
+
+void loader::load_http_rules(const YAML::Node& n, const std::string& path,
+                             std::vector<http_rule>& out) {
+    if (!expect_list(n, path, "request rules ({methods, paths})")) {
+        return;
+    }
+    if (n.size() == 0) {
+        error(n, path, "an empty list allows no request; leave 'http' out to allow any");
+        return;
+    }
+    for (std::size_t i = 0; i < n.size(); ++i) {
+        const std::string rp = path + "[" + std::to_string(i) + "]";
+        if (!expect_map(n[i], rp)) {
+            continue;
+        }
+        const auto keys = check_keys(n[i], rp, {"methods", "paths"});
+        http_rule h;
+        const auto* m = find(keys, "methods");
+        const auto* ps = find(keys, "paths");
+        if (m == nullptr && ps == nullptr) {
+            error(n[i], rp,
+                  "give 'methods', 'paths' or both (e.g. `{methods: [GET], paths: [/v1/**]}`)");
+            continue;
+        }
+        if (m != nullptr) {
+            load_methods(*m, rp + ".methods", h.methods);
+        }
+        if (ps != nullptr && expect_list(*ps, rp + ".paths", "path patterns")) {
+            if (ps->size() == 0) {
+                error(*ps, rp + ".paths",
+                      "an empty list allows no path; leave 'paths' out to allow any");
+            }
+            for (std::size_t k = 0; k < ps->size(); ++k) {
+                const std::string pp = rp + ".paths[" + std::to_string(k) + "]";
+                const auto text = get_string((*ps)[k], pp);
+                if (!text) {
+                    continue;
+                }
+                std::string why;
+                if (auto g = path_glob::parse(*text, why)) {
+                    h.paths.push_back(std::move(*g));
+                } else {
+                    error((*ps)[k], pp, "'" + *text + "': " + why);
+                }
+            }
+        }
+        out.push_back(std::move(h));
+    }
 }
 
 void loader::load_ports(const YAML::Node& n, const std::string& path,

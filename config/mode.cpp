@@ -9,8 +9,8 @@ bool in_report_mode(std::string_view job, const compiled_policy& p) {
 }
 
 // Let through, flagged. The rule naming the host keeps governing its addresses only where
-// it opened exactly this host and port (a protocol or method denial): non-public addresses
-// a rule lends one port are not lent to the others, nor to hosts no rule names, so a
+// it opened exactly this host and port (a protocol, method or http_rule denial): non-public
+// addresses a rule lends one port are not lent to the others, nor to hosts no rule names, so a
 // relaxed request to anything else must resolve to public addresses only.
 moded_decision relax(const decision& d) {
     moded_decision m;
@@ -31,7 +31,8 @@ bool report_relaxes(deny_reason r) noexcept {
         case deny_reason::no_rule:
         case deny_reason::port:
         case deny_reason::protocol:
-        case deny_reason::method: return true;
+        case deny_reason::method:
+        case deny_reason::http_rule: return true;
         default: return false;
     }
 }

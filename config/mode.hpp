@@ -9,7 +9,7 @@
 namespace cordon::config {
 
 /// True for the reasons report mode relaxes: the allowlist's own answers (no_rule, port,
-/// protocol, method). Never: private_address, bad_request, unknown_job, and every reason
+/// protocol, method, http_rule). Never: private_address, bad_request, unknown_job, and every reason
 /// decided outside the policy model (kill switch, auth, session and token states, limits,
 /// budget, sni_mismatch, audit_unavailable).
 bool report_relaxes(deny_reason r) noexcept;
@@ -17,7 +17,7 @@ bool report_relaxes(deny_reason r) noexcept;
 /// A decision with the job's mode applied.
 struct moded_decision {
     /// What the proxy does. When report mode relaxed a denial this is allowed, and `rule` is
-    /// the rule that opened this very host and port (a protocol or method denial), whose
+    /// the rule that opened this very host and port (a protocol, method or http_rule denial), whose
     /// `resolves_to` still governs the addresses, exactly as in enforce mode; or nullptr
     /// (no_rule, port), and then every address must be public (check_addresses()): a rule's
     /// non-public addresses are never lent to ports it does not list. The address check is

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/host.hpp"
+#include "config/http_rules.hpp"
 #include "config/ip.hpp"
 
 namespace cordon::config {
@@ -25,7 +26,7 @@ struct source_pos {
 enum class protocol : std::uint8_t {
     tls,   ///< CONNECT; the TLS ClientHello's SNI must equal the CONNECT host
     tcp,   ///< CONNECT; raw bytes, no SNI check
-    http,  ///< plain HTTP forwarding of absolute-form requests; `methods` enforced
+    http,  ///< plain HTTP forwarding of absolute-form requests; `methods` and `http` enforced
 };
 std::string_view to_string(protocol p) noexcept;
 
@@ -42,7 +43,10 @@ struct egress_rule {
     std::vector<std::uint16_t> ports;  ///< sorted, unique, never empty
     protocol proto = protocol::tls;
     std::vector<std::string> methods;  ///< http only; empty means any method
-    std::vector<cidr> resolves_to;     ///< non-public ranges this host may resolve into
+    /// http only: request rules, first match wins; empty means any request. When set, the
+    /// request's path is normalised (config/http_rules.hpp), matched, and sent so.
+    std::vector<http_rule> http;
+    std::vector<cidr> resolves_to;  ///< non-public ranges this host may resolve into
     source_pos pos;
 
     bool allows_port(std::uint16_t port) const noexcept;

@@ -6,7 +6,7 @@ namespace cordon::learn {
 
 bool is_policy_reason(std::string_view reason) noexcept {
     return reason == "no_rule" || reason == "port" || reason == "protocol" || reason == "method" ||
-           reason == "private_address" || reason == "unknown_job";
+           reason == "http_rule" || reason == "private_address" || reason == "unknown_job";
 }
 
 std::optional<std::vector<config::ip_address>> recorded_addresses(std::string_view text) {

@@ -21,7 +21,7 @@ enum class seen_outcome : std::uint8_t {
     allowed,     ///< conn.open without would_deny
     would_deny,  ///< conn.open with would_deny (report mode): enforce mode denies it
     denied,      ///< conn.deny with a policy reason (no_rule, port, protocol, method,
-                 ///< private_address, unknown_job)
+                 ///< http_rule, private_address, unknown_job)
 };
 
 /// Requests of one shape and outcome.
@@ -31,6 +31,9 @@ struct seen_request {
     std::uint16_t port = 0;
     config::request_kind kind = config::request_kind::connect;
     std::string method;  ///< http: the method (upper case); connect: empty
+    /// http: the path in normal form, where request rules judged it (the record's `path`);
+    /// empty otherwise (replay cannot then decide a rule with request rules).
+    std::string path;
     seen_outcome outcome = seen_outcome::allowed;
     std::string reason;  ///< the deny or would-deny reason; empty when allowed
     /// The non-public addresses serve checked for it, space-separated: of a name, every one

@@ -8,6 +8,7 @@
 
 #include "common/json_string.hpp"
 #include "config/host.hpp"
+#include "config/http_rules.hpp"
 #include "config/learn/suggest.hpp"
 
 namespace cordon::learn {
@@ -132,8 +133,18 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
         a.port = r.port;
         a.kind = r.kind;
         a.method = r.method;
+        const config::normal_path np = config::normalise_path(r.path.empty() ? "/" : r.path);
+        a.path = np.path;
+        a.path_refused = !np.ok();
         config::decision d = config::decide(a, p);
-        bool undetermined = false;
+        // Which of "allowed" and "private_address?" / "http_rule?" replay cannot tell.
+        std::string_view undetermined_reason;
+        if (r.kind == config::request_kind::http && r.path.empty() && d.rule != nullptr &&
+            !d.rule->http.empty()) {
+            // Recorded where no request rules judged it: the path was not written, and the
+            // new rule's request rules need it.
+            undetermined_reason = "http_rule?";
+        }
         // A literal is decided by its rules alone, as the proxy does (no resolution, no
         // resolves_to); a name's recorded addresses (every one it resolved to) are checked as
         // after a resolution: one the new rule does not cover refuses them all, as in serve.
@@ -147,11 +158,12 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
             if (d.rule == nullptr || d.rule->resolves_to.empty()) {
                 d.reason = config::deny_reason::private_address;
             } else {
-                undetermined = true;
+                undetermined_reason = "private_address?";
             }
         }
         const bool was_allowed = r.outcome == seen_outcome::allowed;
         const std::string target = config::host_port(r.host, r.port);
+        const bool undetermined = !undetermined_reason.empty();
         if (!undetermined && d.allowed() == was_allowed) {
             (was_allowed ? out.same_allowed : out.same_denied) += r.count;
             (was_allowed ? same_allowed : same_denied)[target] = true;
@@ -168,7 +180,7 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
         row.now_rule = d.allowed() && d.rule != nullptr ? d.rule->describe() : std::string();
         if (undetermined) {
             row.now_allowed = false;
-            row.now_reason = "private_address?";
+            row.now_reason = std::string(undetermined_reason);
             row.now_rule.clear();
         }
         const int bucket = undetermined ? 2 : (d.allowed() ? 1 : 0);

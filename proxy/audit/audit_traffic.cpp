@@ -36,6 +36,7 @@ struct fields {
     std::string_view resolved;
     std::string_view rule;
     std::string_view name;
+    std::string_view path;
     std::string_view repeats;
     bool job_seen = false;
 };
@@ -181,6 +182,8 @@ scan_result scan_fields(std::string_view s, fields& f) {
                     f.rule = value;
                 } else if (key == "name") {
                     f.name = value;
+                } else if (key == "path") {
+                    f.path = value;
                 }
                 break;
             case 5:
@@ -339,6 +342,7 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
     key_.push_back(tcp_rule ? 't' : '-');
     key_.append(f.target).push_back('\x1f');
     key_.append(f.method).push_back('\x1f');
+    key_.append(f.path).push_back('\x1f');
     key_.append(reason).push_back('\x1f');
     key_.append(address);
     auto it = requests_.find(key_);
@@ -356,6 +360,11 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
                                config::valid_http_method(f.method);
         if (r.kind == config::request_kind::http) {
             r.method = std::string(f.method);
+            // Written only where request rules judged the path; an escaped one (a '"' in
+            // it) is left out: replay then cannot tell, and says so.
+            if (f.path.find('\\') == std::string_view::npos) {
+                r.path = std::string(f.path);
+            }
         }
         const config::target_result t = f.target.find('\\') == std::string_view::npos
                                             ? config::parse_connect_target(f.target)
@@ -417,19 +426,19 @@ learn::seen_traffic traffic_collector::finish() const {
     }
     std::sort(out.requests.begin(), out.requests.end(),
               [](const learn::seen_request& a, const learn::seen_request& b) {
-                  return std::tie(a.host, a.port, a.kind, a.method, a.outcome, a.reason, a.address,
-                                  a.tcp_rule) < std::tie(b.host, b.port, b.kind, b.method,
-                                                         b.outcome, b.reason, b.address,
-                                                         b.tcp_rule);
+                  return std::tie(a.host, a.port, a.kind, a.method, a.path, a.outcome, a.reason,
+                                  a.address, a.tcp_rule) <
+                         std::tie(b.host, b.port, b.kind, b.method, b.path, b.outcome, b.reason,
+                                  b.address, b.tcp_rule);
               });
     // Entries that differ only in raw spelling (an upper-case host) are the same request.
     std::vector<learn::seen_request> merged;
     for (auto& r : out.requests) {
         if (!merged.empty()) {
             auto& m = merged.back();
-            if (std::tie(m.host, m.port, m.kind, m.method, m.outcome, m.reason, m.address,
-                         m.tcp_rule) == std::tie(r.host, r.port, r.kind, r.method, r.outcome,
-                                                 r.reason, r.address, r.tcp_rule)) {
+            if (std::tie(m.host, m.port, m.kind, m.method, m.path, m.outcome, m.reason, m.address,
+                         m.tcp_rule) == std::tie(r.host, r.port, r.kind, r.method, r.path,
+                                                 r.outcome, r.reason, r.address, r.tcp_rule)) {
                 m.count += r.count;
                 continue;
             }

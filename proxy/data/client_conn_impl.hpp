@@ -120,6 +120,9 @@ private:
         const config::job& j;
         const config::proxy_spec& ps;
         const config::target& t;
+        /// The request-target sent upstream: the client's, or its normal form where the
+        /// rule has request rules (what was matched is what is sent).
+        std::string_view origin_form;
     };
     awaitable<bool> forward_request(const forward_exchange& x);
     awaitable<bool> forward_response(const forward_exchange& x, bool upgrade,

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 
 #include "config/host.hpp"
+#include "config/http_rules.hpp"
 #include "config/target.hpp"
 #include "proxy/data/client_conn_impl.hpp"
 #include "proxy/data/http_head.hpp"
@@ -381,11 +382,28 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
     args.port = port;
     args.kind = request_kind::http;
     args.method = method;
+    // Request rules match the path in normal form; only a rule that has them looks.
+    const config::normal_path np = config::normalise_path(t.origin_form);
+    args.path = np.path;
+    args.path_refused = !np.ok();
     decide_request(args, *policy, st);
+    // The rule that decided (or got furthest) has request rules: they judged the path.
+    const bool normalised = st.decision.rule != nullptr && !st.decision.rule->http.empty();
+    if (normalised) {
+        // The record says on which path (never the query: its values may be secrets).
+        st.log.path = np.ok() ? np.path
+                              : t.origin_form.substr(
+                                    0, std::min(t.origin_form.find('?'), std::size_t{2048}));
+    }
     if (!st.decision.allowed()) {
-        co_await deny(st, 403, st.decision.reason);
+        if (normalised && args.path_refused && st.decision.reason == deny_reason::bad_request) {
+            co_await deny(st, 400, deny_reason::bad_request, np.error);
+        } else {
+            co_await deny(st, 403, st.decision.reason);
+        }
         co_return false;
     }
+    const std::string sent_target = normalised ? np.origin_form() : std::string();
     const config::job& j = *policy->source().find_job(job);
     if (!co_await connect_forward(st)) {
         co_return false;
@@ -404,7 +422,13 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
     }
     log_open(st);
     begin_tunnel(st);
-    const forward_exchange x{st, parser, buffer, j, policy->source().proxy, t};
+    const forward_exchange x{st,
+                             parser,
+                             buffer,
+                             j,
+                             policy->source().proxy,
+                             t,
+                             normalised ? std::string_view(sent_target) : t.origin_form};
     co_return co_await forward_request(x);
 }
 
@@ -476,7 +500,7 @@ awaitable<bool> client_conn::forward_request(const forward_exchange& x) {
     out.clear();
     out.append(req.method_string().data(), req.method_string().size());
     out.push_back(' ');
-    out.append(t.origin_form);
+    out.append(x.origin_form);
     out.append(" HTTP/1.1\r\n");
     append_end_to_end_fields(
         out,

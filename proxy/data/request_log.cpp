@@ -10,6 +10,7 @@ request_log::request_log(request_log&& o) noexcept
     : target(std::move(o.target)),
       ip(std::move(o.ip)),
       resolved(std::move(o.resolved)),
+      path(std::move(o.path)),
       would_deny(o.would_deny),
       dns_ms(o.dns_ms),
       connect_ms(o.connect_ms),
@@ -30,6 +31,7 @@ request_log& request_log::operator=(request_log&& o) noexcept {
         target = std::move(o.target);
         ip = std::move(o.ip);
         resolved = std::move(o.resolved);
+        path = std::move(o.path);
         would_deny = o.would_deny;
         dns_ms = o.dns_ms;
         connect_ms = o.connect_ms;
@@ -64,6 +66,9 @@ void request_log::open(std::string_view rule) {
     }
     auto r = make("conn.open");
     r.add("target", target).add("ip", ip).add("method", who_->method);
+    if (!path.empty()) {
+        r.add("path", path);
+    }
     if (!resolved.empty()) {
         r.add("resolved", resolved);
         std::string().swap(resolved);
@@ -93,6 +98,9 @@ void request_log::deny(config::deny_reason reason, int status, std::string_view 
         .add("status", std::int64_t{status});
     if (!who_->method.empty()) {
         r.add("method", who_->method);  // CONNECT or the HTTP method: `policy replay` re-decides
+    }
+    if (!path.empty()) {
+        r.add("path", path);
     }
     if (reason == config::deny_reason::private_address && !resolved.empty()) {
         r.add("resolved", resolved);

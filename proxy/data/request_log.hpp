@@ -54,6 +54,9 @@ public:
     std::string target;  ///< "host:port" (or the raw request target when refused early)
     std::string ip;
     std::string resolved;  ///< what the name resolved to; written once (open, or a deny)
+    /// A forwarded request's path, without its query (values may be secret); in conn.open
+    /// and conn.deny when set.
+    std::string path;
     config::deny_reason would_deny = config::deny_reason::none;
     double dns_ms = 0;
     double connect_ms = 0;

@@ -59,6 +59,8 @@ std::string_view explain(config::deny_reason r) {
             return "the audit log cannot be written, so cordon refuses new connections";
         case deny_reason::token_revoked: return "the proxy token was revoked";
         case deny_reason::session_ended: return "this session has ended";
+        case deny_reason::http_rule:
+            return "no request rule of this job card allows this method and path";
     }
     return "denied";
 }

@@ -155,7 +155,8 @@ TEST_CASE("report mode: relaxed reasons are the allowlist's only", "[mode]") {
     for (std::size_t i = 0; i < deny_reason_count; ++i) {
         const auto r = static_cast<deny_reason>(i);
         const bool expected = r == deny_reason::no_rule || r == deny_reason::port ||
-                              r == deny_reason::protocol || r == deny_reason::method;
+                              r == deny_reason::protocol || r == deny_reason::method ||
+                              r == deny_reason::http_rule;
         INFO(to_string(r));
         CHECK(report_relaxes(r) == expected);
     }

@@ -173,3 +173,40 @@ TEST_CASE("replay: an IPv6 literal's target is written in brackets", "[replay]")
     CHECK(render_json(gone, "new.yaml").find("\"target\":\"[2001:db8::1]:443\"") !=
           std::string::npos);
 }
+
+TEST_CASE("replay: request rules are decided on the recorded path, or said undetermined",
+          "[replay]") {
+    seen_traffic t;
+    t.job = "agent";
+    auto http = [](std::string method, std::string path, seen_outcome o, std::uint64_t n,
+                   std::string reason = {}) {
+        seen_request r = req("api.example.com", 80, o, n, std::move(reason));
+        r.kind = request_kind::http;
+        r.method = std::move(method);
+        r.path = std::move(path);
+        return r;
+    };
+    t.requests = {
+        http("POST", "/v1/chat/completions", seen_outcome::allowed, 5),   // still allowed
+        http("GET", "/admin", seen_outcome::allowed, 2),                  // now http_rule
+        http("GET", "/v1/models", seen_outcome::denied, 3, "http_rule"),  // now allowed
+        http("GET", "", seen_outcome::allowed, 4),  // recorded without a path: cannot tell
+    };
+    const auto p = policy_of("      - host: api.example.com\n"
+                             "        ports: [80]\n"
+                             "        protocol: http\n"
+                             "        http:\n"
+                             "          - { methods: [POST], paths: [/v1/chat/completions] }\n"
+                             "          - { methods: [GET], paths: [\"/v1/models/**\"] }\n");
+    const replay_result r = replay(t, *p);
+    CHECK(r.same_allowed == 5);
+    REQUIRE(r.newly_denied.size() == 1);
+    CHECK(r.newly_denied[0].now_reason == "http_rule");
+    CHECK(r.newly_denied[0].count == 2);
+    REQUIRE(r.newly_allowed.size() == 1);
+    CHECK(r.newly_allowed[0].count == 3);
+    CHECK(r.newly_allowed[0].was_reason == "http_rule");
+    REQUIRE(r.undetermined.size() == 1);
+    CHECK(r.undetermined[0].now_reason == "http_rule?");
+    CHECK(r.undetermined[0].count == 4);
+}
