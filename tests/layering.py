@@ -28,6 +28,7 @@ ROOMS = [
     ("proxy/alerts", "alerts"),
     ("proxy/control", "control"),
     ("proxy/report", "report"),
+    ("proxy/inspect", "inspect"),
     ("proxy/data", "data"),
     ("proxy/admin", "admin"),
     ("proxy", "proxy"),
@@ -46,12 +47,15 @@ ALLOWED = {
     "alerts": {"config", "common"},
     "control": {"audit", "alerts", "dns", "config", "common"},
     "report": {"control", "audit", "config", "common"},
-    "data": {"control", "audit", "alerts", "dns", "config", "common"},
-    "admin": {"data", "report", "control", "audit", "alerts", "learn", "config", "common"},
-    "proxy": {"admin", "data", "report", "control", "audit", "alerts", "dns", "config", "common"},
+    "inspect": {"config", "common"},
+    "data": {"inspect", "control", "audit", "alerts", "dns", "config", "common"},
+    "admin": {"data", "report", "inspect", "control", "audit", "alerts", "learn", "config",
+              "common"},
+    "proxy": {"admin", "data", "report", "inspect", "control", "audit", "alerts", "dns", "config",
+              "common"},
     "shims": {"dns", "config", "common"},
-    "cli": {"proxy", "admin", "data", "report", "control", "audit", "alerts", "dns", "learn",
-            "config", "common", "shims"},
+    "cli": {"proxy", "admin", "data", "report", "inspect", "control", "audit", "alerts", "dns",
+            "learn", "config", "common", "shims"},
 }
 
 # Pure rooms: no sockets, no event loop, no TLS (STYLE 1: "config includes no Asio").
