@@ -278,28 +278,30 @@ awaitable<bool> client_conn::read_request(request_state& st, beast::flat_buffer&
         co_await deny(st, 400, deny_reason::bad_request, refusal);
         co_return false;
     }
+    st.head_bytes = rh.head_len;
     buffer.consume(rh.head_len);
     co_return true;
 }
 
 // Phase: the SNI check. Reads the ClientHello (within the handshake timeout) until it names
 // `want` or anything else.
-awaitable<bool> client_conn::check_sni(const std::string& want, std::vector<std::uint8_t>& hello) {
+awaitable<client_conn::hello_wait> client_conn::check_sni(const std::string& want,
+                                                          std::vector<std::uint8_t>& hello) {
     const auto deadline = steady::now() + rt_.policy()->source().proxy.handshake_timeout;
     for (;;) {
         const sni_verdict v = data::check_sni(want, hello);
         if (v != sni_verdict::need_more) {
-            co_return v == sni_verdict::match;
+            co_return v == sni_verdict::match ? hello_wait::match : hello_wait::mismatch;
         }
         if (steady::now() >= deadline) {
-            co_return false;
+            co_return hello_wait::timeout;
         }
         std::uint8_t chunk[4096];
         client_.expires_at(deadline);
         auto [ec, n] = co_await client_.async_read_some(net::buffer(chunk), use_nothrow);
         client_.expires_never();
         if (ec) {
-            co_return false;
+            co_return ec == beast::error::timeout ? hello_wait::timeout : hello_wait::ended;
         }
         hello.insert(hello.end(), chunk, chunk + n);
     }
@@ -361,8 +363,22 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
 
     // Phase: for tls rules, the ClientHello's SNI must name the CONNECT host before a single
     // byte reaches the upstream.
-    if (st.decision.rule != nullptr && st.decision.rule->proto == config::protocol::tls &&
-        !co_await check_sni(st.target.name, first)) {
+    const hello_wait hw = st.decision.rule != nullptr &&
+                                  st.decision.rule->proto == config::protocol::tls
+                              ? co_await check_sni(st.target.name, first)
+                              : hello_wait::match;
+    if (hw == hello_wait::ended || hw == hello_wait::timeout) {
+        // No ClientHello to judge: not a mismatch. A kill meanwhile is the close's reason;
+        // else the client went away (or never spoke) before a byte went upstream.
+        error_code ignored;
+        upstream_.socket().close(ignored);
+        shutdown_client();
+        log_close(st, !closed_by_.empty()         ? std::string_view(closed_by_)
+                      : hw == hello_wait::timeout ? std::string_view("idle_timeout")
+                                                  : std::string_view("client_error"));
+        co_return;
+    }
+    if (hw == hello_wait::mismatch) {
         const hello_result h = parse_client_hello(first);
         rt_.denied(control::denial{job, session, deny_name(deny_reason::sni_mismatch), target_text,
                                    kind_name()});

@@ -62,6 +62,7 @@ private:
         config::decision decision;
         std::uint64_t counted_up = 0;  // bytes the relay already counted in the metrics
         std::uint64_t counted_down = 0;
+        std::size_t head_bytes = 0;  // the request head as the client sent it
     };
 
     request_log new_log() { return request_log(sink_, *this, client_text_, closed_by_); }
@@ -99,7 +100,15 @@ private:
     // The CONNECT path (client_conn.cpp).
     awaitable<void> handle_connect(request_state& st, const std::string& target_text,
                                    beast::flat_buffer& buffer);
-    awaitable<bool> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
+    /// How the wait for the ClientHello ended.
+    enum class hello_wait : std::uint8_t {
+        match,     ///< it names the CONNECT host
+        mismatch,  ///< another name, no SNI, not TLS, malformed
+        ended,     ///< no whole ClientHello: the client closed, a read failed, or the
+                   ///< connection was closed from outside (a kill)
+        timeout,   ///< no whole ClientHello within the handshake timeout
+    };
+    awaitable<hello_wait> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
     awaitable<void> start_tunnel(request_state& st, const config::job& j,
                                  std::vector<std::uint8_t>& first,
                                  const std::shared_ptr<const config::compiled_policy>& policy);

@@ -98,6 +98,11 @@ awaitable<dial_result> upstream_dialer::dial(const upstream_target& t,
         addresses = {*t.literal};
     } else {
         dns::resolve_result found = co_await resolver_.resolve(t.name);
+        if (aborted()) {
+            // Closed while resolving: a kill cancels the lookup, whose error is then not
+            // the upstream's fault (no 502); the close's reason is the record.
+            co_return r;
+        }
         if (!found.error.empty()) {
             r.status = dial_status::unresolved;
             r.http_status = 502;

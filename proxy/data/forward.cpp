@@ -411,6 +411,18 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
     if (!session.empty()) {
         quota_.attach(rt_.usage_for(session));
     }
+    // The upload budget counts the request head too (a head can carry 16 KiB of headers,
+    // and a request has no body to be refused on): a head that does not fit is refused.
+    if (!quota_.admit_chunk(j.limits, st.head_bytes)) {
+        co_await deny(st, 403, deny_reason::budget);
+        co_return false;
+    }
+    // An upgrade becomes a tunnel: it takes a tunnel slot (max_tunnels) as a CONNECT does,
+    // held while it relays; a refused upgrade gives it back.
+    if (wants_upgrade(req.base()) && !quota_.take_tunnel(j.limits)) {
+        co_await deny(st, 403, deny_reason::limit);
+        co_return false;
+    }
     forward_state& fs = fwd();
     if (st.decision.rule != fs.described_rule || policy != fs.described_policy) {
         // Described once per rule, not per request: keep-alive requests mostly match the
@@ -632,13 +644,34 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
             co_return false;
         }
     }
+    if (!switching) {
+        quota_.release_tunnel();  // a slot taken for an upgrade the upstream refused
+    }
     if (switching) {
-        // The upgraded connection becomes a tunnel; bytes already buffered on either side
-        // go first.
+        // The upgraded connection becomes a tunnel, within the upload budget as a CONNECT
+        // tunnel is; bytes already buffered on either side go first.
+        relay_hooks hooks;
+        hooks.idle_timeout = x.ps.idle_timeout;
+        hooks.bytes = tunnel_metrics_;
+        hooks.allow_up = [this, limits = x.j.limits](std::size_t n) -> std::size_t {
+            return static_cast<std::size_t>(quota_.admit_up(limits, n));
+        };
         if (buffer.size() > 0) {
-            auto [e, n] = co_await net::async_write(upstream_.socket(), buffer.data(), use_nothrow);
+            const std::size_t pass = hooks.allow_up(buffer.size());
+            auto [e, n] = co_await net::async_write(
+                upstream_.socket(), net::buffer(buffer.data().data(), pass), use_nothrow);
             st.log.bytes_up += n;
+            const bool over = pass < buffer.size();
             buffer.consume(buffer.size());
+            if (over || e) {
+                error_code ignored;
+                client_.socket().close(ignored);
+                upstream_.socket().close(ignored);
+                log_close(st, !closed_by_.empty() ? std::string_view(closed_by_)
+                              : over              ? std::string_view("budget")
+                                                  : std::string_view("upstream_error"));
+                co_return false;
+            }
         }
         if (upstream_buffer_.size() > 0) {
             auto [e, n] = co_await net::async_write(client_.socket(), upstream_buffer_.data(),
@@ -646,9 +679,6 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
             st.log.bytes_down += n;
             upstream_buffer_.consume(upstream_buffer_.size());
         }
-        relay_hooks hooks;
-        hooks.idle_timeout = x.ps.idle_timeout;
-        hooks.bytes = tunnel_metrics_;
         start_relay(std::move(st), std::move(hooks));
         co_return false;
     }

@@ -238,6 +238,15 @@ TEST_CASE("dialer: a kill during resolve or connect is never connected", "[diale
         CHECK_FALSE(r.address);
         CHECK(h.con.tried.empty());
     }
+    SECTION("killed while resolving, the lookup cancelled: aborted, not a 502") {
+        // A kill cancels the lookup (c-ares answers "cancelled"): the kill is the record.
+        h.res.on_resolve = [&] { h.killed = true; };
+        const dial_result r = h.dial(make_target("gone.test", 443, "gone.test:443"));
+        CHECK(r.status == dial_status::aborted);
+        CHECK(r.http_status == 0);
+        CHECK(r.message.empty());
+        CHECK(h.con.tried.empty());
+    }
     SECTION("killed while a connect succeeds: the upstream is not used") {
         h.con.on_connect = [&] { h.killed = true; };
         const dial_result r = h.dial(make_target("example.com", 443, "example.com:443"));
