@@ -115,18 +115,16 @@ class ForwardLimitsTests(unittest.TestCase):
         r = self.get(c, auth, "/h2", f"X-Pad: {pad}\r\n")
         self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "budget"))
         self.assertEqual(HTTP.requests_matching("/h2"), [])
-        # Once spent, even a small request is refused, as a CONNECT is.
-        for _ in range(3):
-            r = self.get(self.conn(), auth, "/tiny")
+        # What is left takes smaller heads until one no longer fits: refused the same way.
+        for i in range(40):  # 40 x ~1 KiB heads: more than the 2 KiB left
+            r = self.get(self.conn(), auth, f"/small{i}", f"X-Pad: {'y' * 900}\r\n")
             if r.header("X-Cordon-Deny") == "budget":
                 break
-            self.assertEqual(r.status, 200)  # the few bytes left may take a small head
+            self.assertEqual(r.status, 200)
         self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "budget"))
-        c, r = self.cordon.tunnel(s, f"raw.test:{ECHO.port}")
-        self.conns.append(c)
-        self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "budget"))
-        total = sum(len(v) for rec in HTTP.requests_matching("/h") for k, v in rec["headers"]
-                    if k == "X-Pad")
+        self.assertEqual(HTTP.requests_matching(f"/small{i}"), [])
+        total = sum(len(v) for rec in HTTP.requests_matching("/") for k, v in rec["headers"]
+                    if k == "X-Pad" and rec["path"].startswith(("/h", "/small")))
         self.assertLessEqual(total, 8 * KiB)
 
     def test_an_upgraded_tunnel_relays_within_the_budget(self):
@@ -243,7 +241,9 @@ class KillReasonTests(unittest.TestCase):
         finally:
             c.close()
             self.cordon.admin("POST", "/v1/revive", {"reason": "test", "by": "it"})
-        self.assertTrue(H.wait_until(lambda: self.closes_of(s), 5))
+        # The client is cut at once; the record comes when the lookup ends (the kill may
+        # find it queued behind the slow DNS server's answers: up to two of 3 s each).
+        self.assertTrue(H.wait_until(lambda: self.closes_of(s), 12))
         ev = self.closes_of(s)
         self.assertEqual(len(ev), 1, ev)
         self.assertEqual((ev[0]["event"], ev[0]["reason"]), ("conn.deny", "kill_switch"), ev)

@@ -111,13 +111,14 @@ class RequestRulesTests(unittest.TestCase):
 
     def test_a_request_no_rule_allows_is_denied_and_never_forwarded(self):
         m = uuid.uuid4().hex[:8]
+        s = self.cordon.create_session("coder")  # its records are this test's only
         cases = (("GET", f"/v1/chat/completions?m={m}"),   # the method is not allowed here
                  ("DELETE", f"/v1/models/{m}"),
                  ("POST", f"/v1/files/{m}"),               # the path is not
                  ("GET", f"/files/{m}/raw/more"),          # '*' is one segment
                  ("GET", f"/admin/{m}"))
         for method, target in cases:
-            _, r = self.raw(method, target)
+            _, r = self.raw(method, target, session=s)
             self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "http_rule"),
                              (method, target))
             body = json.loads(r.body)
@@ -126,8 +127,11 @@ class RequestRulesTests(unittest.TestCase):
             self.assertIn("request rule", body["message"])
         self.assertEqual(self.origin_saw(m), [])
         # Each denial is audited with its method and path; the query is not written.
-        events = [e for e in self.cordon.audit_events() if e["event"] == "conn.deny"
-                  and m in e.get("path", "") + e.get("target", "")]
+        def denials():
+            return [e for e in self.cordon.audit_events() if e["event"] == "conn.deny"
+                    and e.get("session") == s["id"]]
+        H.wait_until(lambda: len(denials()) >= len(cases), 5)  # the writer flushes in batches
+        events = denials()
         self.assertEqual(len(events), len(cases), events)
         for e in events:
             self.assertEqual(e["reason"], "http_rule")
@@ -164,17 +168,18 @@ class RequestRulesTests(unittest.TestCase):
 
     def test_the_origin_reads_the_path_that_was_matched(self):
         m = uuid.uuid4().hex[:8]
-        _, r = self.raw("GET", f"//v1//models///{m}/%7Euser/%61")
+        # (Python's origin would collapse a leading "//" itself: the test's is in the middle.)
+        _, r = self.raw("GET", f"/v1//models///{m}/%7Euser/%61")
         self.assertEqual(r.status, 200)
         self.assertEqual(self.origin_saw(m), [f"/v1/models/{m}/~user/a"])
         # A rule without request rules forwards the target exactly as sent.
         c = self.cordon.conn()
         self.conns.append(c)
-        c.send((f"GET http://api.test:{HTTP.port}//raw/{m}/%7E HTTP/1.1\r\n"
+        c.send((f"GET http://api.test:{HTTP.port}/raw//{m}/%7E HTTP/1.1\r\n"
                 f"Host: api.test:{HTTP.port}\r\n"
                 f"Proxy-Authorization: {H.basic(self.s['id'], self.s['token'])}\r\n\r\n").encode())
         self.assertEqual(c.read_response(10).status, 200)
-        self.assertEqual(self.origin_saw(f"/raw/{m}"), [f"//raw/{m}/%7E"])
+        self.assertEqual(self.origin_saw(f"/raw//{m}"), [f"/raw//{m}/%7E"])
 
     def test_every_request_of_a_kept_alive_connection_is_decided(self):
         m = uuid.uuid4().hex[:8]
@@ -191,8 +196,11 @@ class RequestRulesTests(unittest.TestCase):
         _, r = self.raw("POST", f"/v2/x/{m}", session=self.w, body=b"{}")
         self.assertEqual(r.status, 200)
         self.assertEqual(self.origin_saw(m), [f"/v2/x/{m}"])
-        opens = [e for e in self.cordon.audit_events()
-                 if e["event"] == "conn.open" and e.get("path") == f"/v2/x/{m}"]
+        def opens_of():
+            return [e for e in self.cordon.audit_events()
+                    if e["event"] == "conn.open" and e.get("path") == f"/v2/x/{m}"]
+        H.wait_until(opens_of, 5)
+        opens = opens_of()
         self.assertEqual(len(opens), 1, opens)
         self.assertEqual(opens[0]["would_deny"], "http_rule")
         # A path trick is never relaxed.

@@ -551,7 +551,7 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
          "unknown key 'bogus' (expected one of: task, inputs, outputs, mode, egress, limits, "
          "sources, identity, filesystem, env)"},
         {"rule", with_rule("{ host: a.com, ports: [443], bogus: 1 }"), 6, 38, "jobs.j.egress[0]",
-         "unknown key 'bogus' (expected one of: host, cidr, ports, protocol, methods, "
+         "unknown key 'bogus' (expected one of: host, cidr, ports, protocol, methods, http, "
          "resolves_to)"},
         {"limits", with_job("    limits: { bogus: 1 }"), 5, 15, "jobs.j.limits",
          "unknown key 'bogus' (expected one of: max_tunnels, max_bytes_up)"},
