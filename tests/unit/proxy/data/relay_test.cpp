@@ -153,8 +153,7 @@ struct harness {
 
 }  // namespace
 
-TEST_CASE("relay: a half-close is passed on and the other direction keeps running",
-          "[relay]") {
+TEST_CASE("relay: a half-close is passed on and the other direction keeps running", "[relay]") {
     harness h;
     h.client_peer->write("GET / HTTP/1.0\r\n\r\n");
     h.client_peer->shutdown_write();  // the client is done sending
@@ -235,8 +234,7 @@ TEST_CASE("relay: bulk data both ways arrives whole and in order", "[relay]") {
     CHECK_FALSE(r.error);
 }
 
-TEST_CASE("relay: the upload budget passes what it allows, then ends both directions",
-          "[relay]") {
+TEST_CASE("relay: the upload budget passes what it allows, then ends both directions", "[relay]") {
     std::atomic<std::size_t> left{10};
     relay_hooks hooks;
     hooks.allow_up = [&left](std::size_t n) {
@@ -260,8 +258,7 @@ TEST_CASE("relay: the upload budget passes what it allows, then ends both direct
     CHECK_FALSE(r.idle);
 }
 
-TEST_CASE("relay: an idle tunnel is ended by the worker's sweep, a busy one is not",
-          "[relay]") {
+TEST_CASE("relay: an idle tunnel is ended by the worker's sweep, a busy one is not", "[relay]") {
     relay_hooks hooks;
     hooks.idle_timeout = 600ms;
     harness h(std::move(hooks));
