@@ -26,6 +26,22 @@ bool unreserved(unsigned char c) {
 // Visible ASCII but the characters a request-target never holds raw.
 bool plain(unsigned char c) { return c > 0x20 && c < 0x7f && c != '#' && c != '\\'; }
 
+// A segment some server reads as "." or "..": also with path parameters ("..;x": Tomcat,
+// Jetty and other servlet containers cut ";..." before resolving dot segments) or trailing
+// encoded white space a server may trim ("..%20"). `seg` has its escapes in upper case.
+bool dot_segment(std::string_view seg) {
+    std::string_view base = seg.substr(0, seg.find(';'));
+    for (;;) {
+        const std::string_view tail = base.size() >= 3 ? base.substr(base.size() - 3) : "";
+        if (tail == "%20" || tail == "%09" || tail == "%0A" || tail == "%0B" || tail == "%0C" ||
+            tail == "%0D") {
+            base.remove_suffix(3);
+            continue;
+        }
+        return base == "." || base == "..";
+    }
+}
+
 // The segments of a normalised path, empty ones skipped.
 std::vector<std::string_view> split(std::string_view path) {
     std::vector<std::string_view> out;
@@ -117,7 +133,7 @@ normal_path normalise_path(std::string_view target, std::size_t max_len) {
         if (seg.empty()) {
             return true;  // "//" collapses
         }
-        if (seg == "." || seg == "..") {
+        if (dot_segment(seg)) {
             return false;
         }
         out.path += '/';

@@ -7,9 +7,10 @@
 //   - percent-encoded unreserved characters (ALPHA DIGIT - . _ ~) are decoded; every other
 //     escape is kept, its hex digits in upper case;
 //   - repeated slashes collapse into one ("//a///b" -> "/a/b");
-//   - refused, never guessed at: "." and ".." segments (also as %2E), an encoded '/' or '\'
-//     (%2F, %5C), an encoded NUL, a bad escape, a raw '\', control characters, bytes above
-//     0x7E, and anything that is not an origin-form path ("*", "http://...").
+//   - refused, never guessed at: "." and ".." segments (also as %2E, with path parameters
+//     "..;x", or with trailing encoded white space "..%20"), an encoded '/' or '\' (%2F,
+//     %5C), an encoded NUL, a bad escape, a raw '\', control characters, bytes above 0x7E,
+//     and anything that is not an origin-form path ("*", "http://...").
 // The query is kept as sent and takes no part in matching.
 
 #include <optional>

@@ -102,18 +102,6 @@ namespace {
 using config::deny_reason;
 using config::request_kind;
 
-bool wants_upgrade(const http::fields& f) {
-    if (f.find(http::field::upgrade) == f.end()) {
-        return false;
-    }
-    for (const auto& token : http::token_list(f[http::field::connection])) {
-        if (beast::iequals(token, "upgrade")) {
-            return true;
-        }
-    }
-    return false;
-}
-
 enum class body_end { done, read_error, write_error, refused };
 
 struct body_result {
@@ -401,6 +389,14 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
         } else {
             co_await deny(st, 403, st.decision.reason);
         }
+        co_return false;
+    }
+    const bool has_body = parser.chunked() ||
+                          (parser.content_length() && *parser.content_length() > 0);
+    if (const std::string_view why = restricted_refusal(st.decision.rule, req.method(), has_body,
+                                                        req.base());
+        !why.empty()) {
+        co_await deny(st, 400, deny_reason::bad_request, why);
         co_return false;
     }
     const std::string sent_target = normalised ? np.origin_form() : std::string();

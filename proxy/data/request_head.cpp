@@ -20,4 +20,35 @@ std::string_view request_refusal(const http::request_header<>& h, std::string_vi
                            std::string_view(te.data(), te.size()));
 }
 
+bool wants_upgrade(const http::fields& f) {
+    if (f.find(http::field::upgrade) == f.end()) {
+        return false;
+    }
+    for (const auto& token : http::token_list(f[http::field::connection])) {
+        if (beast::iequals(token, "upgrade")) {
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string_view restricted_refusal(const config::egress_rule* rule, http::verb method,
+                                    bool has_body, const http::fields& f) {
+    if (rule == nullptr || (rule->http.empty() && rule->methods.empty())) {
+        return {};
+    }
+    if (has_body && (method == http::verb::get || method == http::verb::head ||
+                     method == http::verb::options || method == http::verb::trace)) {
+        return "a body on this method is not forwarded where request rules or methods apply "
+               "(a server that ignores it would read it as another request)";
+    }
+    if (wants_upgrade(f)) {
+        const auto up = f[http::field::upgrade];
+        if (!beast::iequals(std::string_view(up.data(), up.size()), "websocket")) {
+            return "only a WebSocket upgrade is forwarded where request rules or methods apply";
+        }
+    }
+    return {};
+}
+
 }  // namespace cordon::proxy::data

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/asio.hpp"
+#include "config/policy.hpp"
 #include "proxy/data/http_head.hpp"
 
 namespace cordon::proxy::data {
@@ -64,5 +65,16 @@ awaitable<read_head_result> read_request_head(AsyncReadStream& s, beast::flat_bu
 /// obsolete line folding, then framing_refusal (duplicate Content-Length, Transfer-Encoding
 /// with Content-Length, a Transfer-Encoding other than chunked last, Host not once).
 std::string_view request_refusal(const http::request_header<>& h, std::string_view raw_head);
+
+/// True when the request asks to switch protocols (`Upgrade` and `Connection: upgrade`).
+bool wants_upgrade(const http::fields& f);
+
+/// Where `rule` restricts methods or paths (`methods`, `http`), what an origin could read
+/// as a request the rule did not decide: a body on GET, HEAD, OPTIONS or TRACE (a server
+/// that ignores it would read it as the next request on its connection: a smuggled
+/// request), and an upgrade to anything but WebSocket (h2c and others carry requests of
+/// their own). Returns why the request is refused (answered 400), or "".
+std::string_view restricted_refusal(const config::egress_rule* rule, http::verb method,
+                                    bool has_body, const http::fields& f);
 
 }  // namespace cordon::proxy::data

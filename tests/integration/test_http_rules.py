@@ -153,7 +153,8 @@ class RequestRulesTests(unittest.TestCase):
         for target in (f"/v1/models/../../admin/{m}", f"/v1/models/%2e%2e/%2E%2E/admin/{m}",
                        f"/v1/models%2f..%2fadmin/{m}", f"/v1/models/{m}%2Fx",
                        f"/v1/models/.%2e/x{m}", f"/v1/models/{m}%5c..%5cadmin",
-                       f"/v1/models/{m}%00", f"/v1/models/./{m}", f"/v1/models/{m}%zz"):
+                       f"/v1/models/{m}%00", f"/v1/models/./{m}", f"/v1/models/{m}%zz",
+                       f"/v1/models/..;/..;/admin/{m}", f"/v1/models/{m}/..%20/..%20/x"):
             _, r = self.raw("GET", target)
             self.assertEqual((r.status, r.header("X-Cordon-Deny")), (400, "bad_request"), target)
             self.assertRegex(json.loads(r.body)["message"],
@@ -164,6 +165,45 @@ class RequestRulesTests(unittest.TestCase):
                         self.cordon.proxy_url(self.s),
                         f"http://localhost:{HTTP.port}/v1/models/../../etc/{m}"])
         self.assertEqual(p.stdout.decode(), "400")
+        self.assertEqual(self.origin_saw(m), [])
+
+    def test_a_request_smuggled_in_a_body_never_reaches_the_origin(self):
+        # A GET body an origin ignores would be read as the next request: refused outright.
+        m = uuid.uuid4().hex[:8]
+        hp = f"localhost:{HTTP.port}"
+        inner = f"DELETE /admin/{m} HTTP/1.1\r\nHost: {hp}\r\n\r\n".encode()
+        for method in ("GET", "HEAD"):  # the methods the rule allows here
+            c = self.cordon.conn()
+            self.conns.append(c)
+            c.send((f"{method} http://{hp}/v1/models/{m} HTTP/1.1\r\nHost: {hp}\r\n"
+                    f"Proxy-Authorization: {H.basic(self.s['id'], self.s['token'])}\r\n"
+                    f"Content-Length: {len(inner)}\r\n\r\n").encode() + inner)
+            r = c.read_response(10, method=method)
+            self.assertEqual((r.status, r.header("X-Cordon-Deny")), (400, "bad_request"), method)
+        c = self.cordon.conn()  # chunked the same
+        self.conns.append(c)
+        c.send((f"GET http://{hp}/v1/models/{m} HTTP/1.1\r\nHost: {hp}\r\n"
+                f"Proxy-Authorization: {H.basic(self.s['id'], self.s['token'])}\r\n"
+                f"Transfer-Encoding: chunked\r\n\r\n{len(inner):x}\r\n").encode() + inner +
+               b"\r\n0\r\n\r\n")
+        self.assertEqual(c.read_response(10).status, 400)
+        self.assertEqual(self.origin_saw(m), [])
+        # A body where the method carries one is forwarded as before.
+        _, r = self.raw("POST", f"/v1/responses?m={m}", body=b"{}")
+        self.assertEqual(r.status, 200)
+
+    def test_only_websocket_upgrades_pass_request_rules(self):
+        m = uuid.uuid4().hex[:8]
+        hp = f"localhost:{HTTP.port}"
+        c = self.cordon.conn()
+        self.conns.append(c)
+        c.send((f"GET http://{hp}/v1/models/{m} HTTP/1.1\r\nHost: {hp}\r\n"
+                f"Proxy-Authorization: {H.basic(self.s['id'], self.s['token'])}\r\n"
+                f"Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                f"HTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n").encode())
+        r = c.read_response(10)
+        self.assertEqual((r.status, r.header("X-Cordon-Deny")), (400, "bad_request"))
+        self.assertIn("WebSocket", json.loads(r.body)["message"])
         self.assertEqual(self.origin_saw(m), [])
 
     def test_the_origin_reads_the_path_that_was_matched(self):

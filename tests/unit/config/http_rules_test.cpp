@@ -49,6 +49,15 @@ TEST_CASE("http_rules: path tricks are refused, never guessed at", "[http_rules]
     CHECK(norm("/v1/..").starts_with("refused"));
     CHECK(norm("/v1/%2e%2e/admin").starts_with("refused: a '.' or '..'"));
     CHECK(norm("/v1/.%2E/admin").starts_with("refused"));
+    // Dot segments servlet containers see through path parameters or trimmed white space.
+    CHECK(norm("/v1/models/..;/..;/admin").starts_with("refused: a '.' or '..'"));
+    CHECK(norm("/v1/..;x=1/admin").starts_with("refused: a '.' or '..'"));
+    CHECK(norm("/v1/.;/admin").starts_with("refused: a '.' or '..'"));
+    CHECK(norm("/v1/x/..%3B/admin") == "/v1/x/..%3B/admin");  // an encoded ';' is no parameter
+    CHECK(norm("/v1/..%20/admin").starts_with("refused: a '.' or '..'"));
+    CHECK(norm("/v1/..%09%0d/admin").starts_with("refused: a '.' or '..'"));
+    CHECK(norm("/v1/...;/admin") == "/v1/...;/admin");  // three dots are a name
+    CHECK(norm("/v1/a;..") == "/v1/a;..");
     CHECK(norm("/v1%2fadmin").starts_with("refused: an encoded '/'"));
     CHECK(norm("/v1%2Fadmin").starts_with("refused: an encoded '/'"));
     CHECK(norm("/v1%5cadmin").starts_with("refused: an encoded '\\'"));

@@ -159,3 +159,37 @@ TEST_CASE("request_head: smuggling refusals on a parsed head", "[request_head]")
         CHECK(request_refusal(header_of({{"Host", "a"}}), tab) == "obsolete header line folding");
     }
 }
+
+TEST_CASE("restricted_refusal: what a restricting rule refuses that could smuggle a request",
+          "[request_head]") {
+    using boost::beast::http::verb;
+    using cordon::config::egress_rule;
+    egress_rule open_rule;  // no methods, no request rules: nothing refused here
+    egress_rule methods_rule;
+    methods_rule.methods = {"GET"};
+    egress_rule paths_rule;
+    paths_rule.http.resize(1);
+    const auto none = header_of({{"Host", "a"}});
+    const auto ws = header_of({{"Host", "a"}, {"Upgrade", "websocket"}, {"Connection", "Upgrade"}});
+    const auto h2c = header_of({{"Host", "a"}, {"Upgrade", "h2c"}, {"Connection", "Upgrade"}});
+    const auto no_conn = header_of({{"Host", "a"}, {"Upgrade", "h2c"}});  // no upgrade asked
+
+    for (const verb v : {verb::get, verb::head, verb::options, verb::trace}) {
+        INFO(boost::beast::http::to_string(v));
+        CHECK(restricted_refusal(&methods_rule, v, true, none).find("a body on this method") == 0);
+        CHECK(restricted_refusal(&paths_rule, v, true, none).find("a body on this method") == 0);
+        CHECK(restricted_refusal(&paths_rule, v, false, none).empty());
+        CHECK(restricted_refusal(&open_rule, v, true, none).empty());
+        CHECK(restricted_refusal(nullptr, v, true, none).empty());
+    }
+    for (const verb v : {verb::post, verb::put, verb::patch, verb::delete_}) {
+        CHECK(restricted_refusal(&paths_rule, v, true, none).empty());
+    }
+    CHECK(restricted_refusal(&paths_rule, verb::get, false, ws).empty());
+    CHECK(restricted_refusal(&paths_rule, verb::get, false, h2c).find("only a WebSocket") == 0);
+    CHECK(restricted_refusal(&methods_rule, verb::get, false, h2c).find("only a WebSocket") == 0);
+    CHECK(restricted_refusal(&open_rule, verb::get, false, h2c).empty());
+    CHECK(restricted_refusal(&paths_rule, verb::get, false, no_conn).empty());
+    CHECK(wants_upgrade(ws));
+    CHECK_FALSE(wants_upgrade(no_conn));
+}
