@@ -224,6 +224,13 @@ awaitable<bool> client_conn::dial(request_state& st) {
         case dial_status::denied: co_await deny(st, 403, r.reason); co_return false;
         case dial_status::unresolved:
         case dial_status::unreachable:
+            if (rt_.kill.engaged()) {
+                // The network kill cancels lookups and connects in flight, and may do so
+                // before it closes this connection: the failure is the kill's, not the
+                // upstream's (no 502).
+                co_await deny(st, 403, deny_reason::kill_switch);
+                co_return false;
+            }
             co_await error_reply(st, r.http_status, r.message);
             co_return false;
         case dial_status::aborted: break;

@@ -35,13 +35,18 @@ public:
     peer& operator=(const peer&) = delete;
     ~peer() { close(); }
 
-    void write(const std::string& s) {
+    // No Catch2 assertion in here: the bulk test writes from threads of its own, and
+    // Catch2's assertions are for the test's thread only. False on a failed send.
+    [[nodiscard]] bool write(const std::string& s) {
         std::size_t done = 0;
         while (done < s.size()) {
             const ssize_t n = ::send(fd_, s.data() + done, s.size() - done, MSG_NOSIGNAL);
-            REQUIRE(n > 0);
+            if (n <= 0) {
+                return false;
+            }
             done += static_cast<std::size_t>(n);
         }
+        return true;
     }
     void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
     void close() {
@@ -155,7 +160,7 @@ struct harness {
 
 TEST_CASE("relay: a half-close is passed on and the other direction keeps running", "[relay]") {
     harness h;
-    h.client_peer->write("GET / HTTP/1.0\r\n\r\n");
+    CHECK(h.client_peer->write("GET / HTTP/1.0\r\n\r\n"));
     h.client_peer->shutdown_write();  // the client is done sending
 
     bool eof = false;
@@ -163,7 +168,7 @@ TEST_CASE("relay: a half-close is passed on and the other direction keeps runnin
     CHECK(eof);  // the upstream saw the half-close
 
     // The answer still flows after the client's half-close.
-    h.upstream_peer->write("HTTP/1.0 200 OK\r\n\r\nhello");
+    CHECK(h.upstream_peer->write("HTTP/1.0 200 OK\r\n\r\nhello"));
     h.upstream_peer->close();
     eof = false;
     CHECK(h.client_peer->read_all(&eof) == "HTTP/1.0 200 OK\r\n\r\nhello");
@@ -180,13 +185,13 @@ TEST_CASE("relay: a half-close is passed on and the other direction keeps runnin
 
 TEST_CASE("relay: an upstream half-close first leaves the upload open", "[relay]") {
     harness h;
-    h.upstream_peer->write("banner\n");
+    CHECK(h.upstream_peer->write("banner\n"));
     h.upstream_peer->shutdown_write();
     bool eof = false;
     CHECK(h.client_peer->read_all(&eof) == "banner\n");
     CHECK(eof);
 
-    h.client_peer->write("late upload");
+    CHECK(h.client_peer->write("late upload"));
     h.client_peer->close();
     eof = false;
     CHECK(h.upstream_peer->read_all(&eof) == "late upload");
@@ -209,12 +214,14 @@ TEST_CASE("relay: bulk data both ways arrives whole and in order", "[relay]") {
         down[i] = static_cast<char>('A' + i % 19);
     }
     // Writers on their own threads: the socket buffers are far smaller than the data.
+    bool up_sent = false;
+    bool down_sent = false;
     std::thread cw([&] {
-        h.client_peer->write(up);
+        up_sent = h.client_peer->write(up);
         h.client_peer->shutdown_write();
     });
     std::thread uw([&] {
-        h.upstream_peer->write(down);
+        down_sent = h.upstream_peer->write(down);
         h.upstream_peer->shutdown_write();
     });
     std::string got_down;
@@ -223,6 +230,8 @@ TEST_CASE("relay: bulk data both ways arrives whole and in order", "[relay]") {
     cw.join();
     uw.join();
     cr.join();
+    CHECK(up_sent);
+    CHECK(down_sent);
     CHECK(got_up.size() == up.size());
     CHECK(got_up == up);
     CHECK(got_down.size() == down.size());
@@ -243,7 +252,7 @@ TEST_CASE("relay: the upload budget passes what it allows, then ends both direct
         return pass;
     };
     harness h(std::move(hooks));
-    h.client_peer->write(std::string(100, 'x'));
+    CHECK(h.client_peer->write(std::string(100, 'x')));
 
     bool eof = false;
     CHECK(h.upstream_peer->read_all(&eof) == std::string(10, 'x'));  // not one byte more
@@ -264,7 +273,7 @@ TEST_CASE("relay: an idle tunnel is ended by the worker's sweep, a busy one is n
     harness h(std::move(hooks));
     // Traffic every 200 ms for a second: never idle for 600 ms.
     for (int i = 0; i < 5; ++i) {
-        h.client_peer->write("ping");
+        CHECK(h.client_peer->write("ping"));
         CHECK(h.upstream_peer->read_n(4) == "ping");
         std::this_thread::sleep_for(200ms);
     }
@@ -285,7 +294,7 @@ TEST_CASE("relay: an idle tunnel is ended by the worker's sweep, a busy one is n
 
 TEST_CASE("relay: a close from outside (a kill) ends both directions at once", "[relay]") {
     harness h;
-    h.client_peer->write("abc");
+    CHECK(h.client_peer->write("abc"));
     CHECK(h.upstream_peer->read_n(3) == "abc");
 
     // The kill path closes the connection's sockets on the worker's thread.
@@ -309,7 +318,7 @@ TEST_CASE("relay: a close from outside (a kill) ends both directions at once", "
 
 TEST_CASE("relay: an upstream that goes away mid-download ends the tunnel", "[relay]") {
     harness h;
-    h.upstream_peer->write(std::string(1000, 'd'));
+    CHECK(h.upstream_peer->write(std::string(1000, 'd')));
     CHECK(h.client_peer->read_n(1000).size() == 1000);
     h.upstream_peer->close();  // EOF to the relay: passed on as the client's EOF
     bool eof = false;
