@@ -168,5 +168,5 @@ TEST_CASE("request rules: loading errors say what to write", "[http_rules]") {
                        "is not an HTTP method"));
     CHECK(any_contains(errors_of(head + "      - { host: a.example, ports: [80], protocol: http, "
                                         "http: [{ methods: [GET], path: [/] }] }\n"),
-                       "path"));
+                       "unknown key 'path' (expected one of: methods, paths)"));
 }
