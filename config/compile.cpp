@@ -73,6 +73,9 @@ compiled_policy::compiled_policy(config::policy p)
     for (std::size_t i = 0; i < policy_.jobs.size(); ++i) {
         tables_->jobs.emplace(policy_.jobs[i].name, static_cast<int>(i));
         tables_->per_job.push_back(build(policy_.jobs[i]));
+        for (const egress_rule& r : policy_.jobs[i].egress) {
+            request_rules_ = request_rules_ || !r.http.empty();
+        }
     }
 }
 

@@ -117,9 +117,13 @@ public:
     /// Index of the named job in source().jobs, or -1.
     int job_index(std::string_view name) const noexcept;
     const tables& index() const noexcept { return *tables_; }
+    /// True when some rule has request rules (`http:`): only then does a request's path
+    /// need its normal form (decide_args::path).
+    bool has_request_rules() const noexcept { return request_rules_; }
 
 private:
     config::policy policy_;
+    bool request_rules_ = false;
     std::unique_ptr<tables> tables_;
 };
 

@@ -238,21 +238,15 @@ awaitable<bool> client_conn::dial(request_state& st) {
     co_return false;  // st.log ends it: closed from outside
 }
 
-// Reads a request head within the header timeout (slowloris).
-awaitable<read_head_result> client_conn::read_head(beast::flat_buffer& buffer, std::size_t limit,
-                                                   std::chrono::milliseconds timeout) {
-    client_.expires_after(timeout);
-    read_head_result r = co_await read_request_head(client_, buffer, limit);
-    client_.expires_never();
-    co_return r;
-}
-
 // Phase: read_request. The head is read raw first (to see its exact bytes: obsolete line
 // folding is refused, which parsers otherwise repair), then parsed.
 awaitable<bool> client_conn::read_request(request_state& st, beast::flat_buffer& buffer,
                                           http::request_parser<http::buffer_body>& parser,
                                           const config::proxy_spec& ps) {
-    const read_head_result rh = co_await read_head(buffer, ps.max_header_bytes, ps.header_timeout);
+    // Within the header timeout (slowloris).
+    client_.expires_after(ps.header_timeout);
+    const read_head_result rh = co_await read_request_head(client_, buffer, ps.max_header_bytes);
+    client_.expires_never();
     if (!rh.refusal.empty()) {
         co_await deny(st, 400, deny_reason::bad_request, rh.refusal);
         co_return false;
@@ -454,7 +448,7 @@ void client_conn::start_relay(request_state&& st, relay_hooks hooks) {
     fwd_.reset();
     upstream_buffer_.consume(upstream_buffer_.size());
     upstream_buffer_.shrink_to_fit();
-    upstream_key_.clear();
+    forget_upstream();
     relay_.emplace(w_, client_.socket(), upstream_.socket(), std::move(hooks));
     relay_->start(shared_from_this(), *this);
 }

@@ -90,8 +90,6 @@ private:
     /// True when the upstream is connected.
     awaitable<bool> dial(request_state& st);
 
-    awaitable<read_head_result> read_head(beast::flat_buffer& buffer, std::size_t limit,
-                                          std::chrono::milliseconds timeout);
     /// Read, parse and refuse what is not a request; false when the connection is done.
     awaitable<bool> read_request(request_state& st, beast::flat_buffer& buffer,
                                  http::request_parser<http::buffer_body>& parser,
@@ -156,7 +154,14 @@ private:
     std::uint64_t id_;
     session_quota quota_;
     alerts::job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
-    std::string upstream_key_;  // upstream_target::key() of the kept-alive upstream, if any
+    // The kept-alive upstream (name and port of its upstream_target), if any: compared per
+    // request without building a key string.
+    std::string upstream_name_;
+    std::uint16_t upstream_port_ = 0;
+    void forget_upstream() {
+        upstream_name_.clear();
+        upstream_port_ = 0;
+    }
     beast::flat_buffer upstream_buffer_{64 * 1024 + 16 * 1024};
     // What only HTTP forwarding needs, allocated by the first forwarded request and kept
     // for the next ones: a tunnel carries one pointer of it, not buffers.

@@ -370,8 +370,12 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
     args.port = port;
     args.kind = request_kind::http;
     args.method = method;
-    // Request rules match the path in normal form; only a rule that has them looks.
-    const config::normal_path np = config::normalise_path(t.origin_form);
+    // Request rules match the path in normal form; only a rule that has them looks, and
+    // without any in the policy the path is not even normalised.
+    config::normal_path np;
+    if (policy->has_request_rules()) {
+        np = config::normalise_path(t.origin_form);
+    }
     args.path = np.path;
     args.path_refused = !np.ok();
     decide_request(args, *policy, st);
@@ -441,10 +445,11 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
 }
 
 // Phases: resolve, classify, connect, unless this connection already holds an upstream to
-// the same place (whose address is then checked against this request's decision).
+// the same place (whose address is then checked against this request's decision). The
+// kept-alive case, most requests, awaits nothing but a refusal.
 awaitable<bool> client_conn::connect_forward(request_state& st) {
-    const std::string key = st.target.key();
-    if (key == upstream_key_ && upstream_.socket().is_open()) {
+    if (st.target.port == upstream_port_ && upstream_.socket().is_open() &&
+        st.target.name == upstream_name_) {
         st.log.ip = address ? address->to_string() : std::string();  // no getpeername per request
         // The kept upstream's address passed the rule of the request that connected it;
         // this request may match another rule, or come after a reload.
@@ -458,11 +463,12 @@ awaitable<bool> client_conn::connect_forward(request_state& st) {
     error_code ignored;
     upstream_.socket().close(ignored);
     upstream_buffer_.consume(upstream_buffer_.size());
-    upstream_key_.clear();
+    forget_upstream();
     if (!co_await dial(st)) {
         co_return false;
     }
-    upstream_key_ = key;
+    upstream_name_ = st.target.name;
+    upstream_port_ = st.target.port;
     co_return true;
 }
 
@@ -681,7 +687,7 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
     if (!keep) {
         error_code ignored;
         upstream_.socket().close(ignored);
-        upstream_key_.clear();
+        forget_upstream();
         address.reset();
     }
     log_close(st, keep ? "done" : "eof");
