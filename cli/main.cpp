@@ -17,7 +17,7 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 12> verbs{{
+constexpr std::array<verb, 13> verbs{{
     {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
@@ -35,6 +35,7 @@ constexpr std::array<verb, 12> verbs{{
      cordon::cli::worksheet},
     {"policy", "suggest | replay: an allowlist learned from the audit log / tried on it",
      cordon::cli::policy},
+    {"ca", "ca init DIR: the CA that protocol: https rules terminate TLS with", cordon::cli::ca},
 }};
 
 void print_usage(std::ostream& out) {

@@ -22,6 +22,7 @@ int run(args a);
 int worksheet(args a);
 int firewall(args a);
 int policy(args a);
+int ca(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

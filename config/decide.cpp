@@ -31,6 +31,7 @@ std::string_view to_string(deny_reason r) noexcept {
         "session_ended",
         "audit_unavailable",
         "http_rule",
+        "upstream_tls",
     };
     const auto i = static_cast<std::size_t>(r);
     return i < names.size() ? names[i] : "unknown";
@@ -54,7 +55,12 @@ deny_reason reason_for(int best) {
 }
 
 bool protocol_fits(protocol p, request_kind k) {
-    return k == request_kind::http ? p == protocol::http : p != protocol::http;
+    switch (k) {
+        case request_kind::http: return p == protocol::http;
+        case request_kind::inspected: return p == protocol::https;
+        case request_kind::connect: break;
+    }
+    return p != protocol::http;
 }
 
 // Walks candidate rules, most specific list first, and keeps the furthest match.
@@ -76,7 +82,7 @@ public:
                 s = port_ok;
                 if (protocol_fits(r.proto, args_.kind)) {
                     s = protocol_ok;
-                    if (args_.kind != request_kind::http) {
+                    if (args_.kind == request_kind::connect) {
                         s = all_ok;
                     } else if (r.allows_method(args_.method)) {
                         s = method_ok;

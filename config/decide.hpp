@@ -39,14 +39,17 @@ enum class deny_reason : std::uint8_t {
     audit_unavailable,
     // The policy model's again (added with request rules; appended so no value moves).
     http_rule,  ///< an http rule with request rules matches, but none of them this request
+    // Decided by the daemon inside an inspected tunnel.
+    upstream_tls,  ///< the upstream's certificate did not verify (chain, name, expiry)
 };
-inline constexpr std::size_t deny_reason_count = 20;
+inline constexpr std::size_t deny_reason_count = 21;
 std::string_view to_string(deny_reason r) noexcept;
 
 /// What the request asks the proxy to do.
 enum class request_kind : std::uint8_t {
-    connect,  ///< CONNECT host:port (matched by tls and tcp rules)
-    http,     ///< an absolute-form plain HTTP request (matched by http rules)
+    connect,    ///< CONNECT host:port (matched by tls, tcp and https rules)
+    http,       ///< an absolute-form plain HTTP request (matched by http rules)
+    inspected,  ///< an HTTP request inside a TLS tunnel cordon terminates (https rules)
 };
 
 /// The question. Fields are views: the caller keeps them alive for the call.
@@ -55,11 +58,11 @@ struct decide_args {
     std::string_view host;  ///< as the client sent it: a name or an IP literal, no port
     std::uint16_t port = 0;
     request_kind kind = request_kind::connect;
-    std::string_view method;  ///< http only
-    /// http only: the request's path in normal form (config/http_rules.hpp normalise_path),
+    std::string_view method;  ///< http and inspected only
+    /// http and inspected only: the request's path in normal form (config/http_rules.hpp normalise_path),
     /// matched against the request rules of a rule that has them.
     std::string_view path;
-    /// http only: set when the path was refused by normalise_path (its error); a rule with
+    /// http and inspected only: set when the path was refused by normalise_path (its error); a rule with
     /// request rules then denies bad_request. Rules without request rules never look.
     bool path_refused = false;
 };

@@ -43,7 +43,8 @@ void loader::load(const YAML::Node& root, policy& p) {
         return;
     }
     const auto keys = check_keys(
-        root, "", {"listen", "admin", "dns", "state", "audit", "alerts", "kill", "proxy", "jobs"});
+        root, "",
+        {"listen", "admin", "dns", "state", "audit", "alerts", "kill", "proxy", "inspect", "jobs"});
     // Jobs first: later sections refer to job names.
     if (const auto* n = find(keys, "jobs")) {
         load_jobs(*n, p);
@@ -84,7 +85,11 @@ void loader::load(const YAML::Node& root, policy& p) {
     if (const auto* n = find(keys, "proxy")) {
         load_proxy(*n, p.proxy);
     }
+    if (const auto* n = find(keys, "inspect")) {
+        load_inspect(*n, p);
+    }
     check_sources(p);
+    check_inspect(p);
 }
 
 }  // namespace detail
@@ -239,7 +244,7 @@ std::vector<diagnostic> shadowed_rules(const policy& p, std::string_view file) {
     std::vector<diagnostic> out;
     // decide() walks a name's (or a prefix's) rules in file order and stops at the first
     // that allows the request, so a later rule for the same target is reached only for
-    // the ports (and methods) no earlier one takes. tls and tcp both carry CONNECT.
+    // the ports (and methods) no earlier one takes. tls, tcp and https all carry CONNECT.
     const auto same_target = [](const egress_rule& a, const egress_rule& b) {
         if (a.host && b.host) {
             return a.host->name == b.host->name && a.host->wildcard == b.host->wildcard;
@@ -250,10 +255,17 @@ std::vector<diagnostic> shadowed_rules(const policy& p, std::string_view file) {
         if ((a.proto == protocol::http) != (b.proto == protocol::http)) {
             return false;
         }
-        if (a.proto == protocol::http && !a.http.empty()) {
+        // A CONNECT goes to the first tls, tcp or https rule that takes its port; requests
+        // (plain http, or inside an https tunnel) are decided across the rules of their kind.
+        const bool per_request = b.proto == protocol::http ||
+                                 (a.proto == protocol::https && b.proto == protocol::https);
+        if (!per_request) {
+            return true;
+        }
+        if (!a.http.empty()) {
             return false;  // request rules take some paths only: b may still be reached
         }
-        if (a.proto != protocol::http || a.methods.empty()) {
+        if (a.methods.empty()) {
             return true;
         }
         if (b.methods.empty()) {

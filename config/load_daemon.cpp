@@ -476,4 +476,66 @@ void loader::load_proxy(const YAML::Node& n, proxy_spec& out) {
     }
 }
 
+void loader::load_inspect(const YAML::Node& n, policy& p) {
+    if (!expect_map(n, "inspect")) {
+        return;
+    }
+    const auto keys = check_keys(n, "inspect", {"ca", "upstream_ca", "leaf_ttl", "leaf_cache"});
+    inspect_spec out;
+    bool ok = true;
+    if (const auto* v = find(keys, "ca")) {
+        if (expect_map(*v, "inspect.ca")) {
+            const auto ck = check_keys(*v, "inspect.ca", {"cert", "key"});
+            for (const char* name : {"cert", "key"}) {
+                const auto* f = find(ck, name);
+                if (f == nullptr) {
+                    error(*v, "inspect.ca",
+                          std::string("missing key '") + name +
+                              "' (`cordon ca init DIR` makes DIR/ca.pem and DIR/ca.key)");
+                    ok = false;
+                    continue;
+                }
+                auto s = get_path(*f, std::string("inspect.ca.") + name);
+                ok = ok && s.has_value();
+                (std::string_view(name) == "cert" ? out.ca_cert : out.ca_key) = s.value_or("");
+            }
+        } else {
+            ok = false;
+        }
+    } else {
+        error(n, "inspect",
+              "missing key 'ca' (`ca: { cert: DIR/ca.pem, key: DIR/ca.key }`, made by "
+              "`cordon ca init DIR`)");
+        ok = false;
+    }
+    if (const auto* v = find(keys, "upstream_ca")) {
+        if (auto s = get_string(*v, "inspect.upstream_ca")) {
+            if (*s != "system") {
+                out.upstream_ca = get_path(*v, "inspect.upstream_ca");
+                ok = ok && out.upstream_ca.has_value();
+            }
+        } else {
+            ok = false;
+        }
+    }
+    if (const auto* v = find(keys, "leaf_ttl")) {
+        if (auto d = get_duration(*v, "inspect.leaf_ttl", std::chrono::hours(1),
+                                  std::chrono::hours(24 * 90))) {
+            out.leaf_ttl = std::chrono::duration_cast<std::chrono::seconds>(*d);
+        } else {
+            ok = false;
+        }
+    }
+    if (const auto* v = find(keys, "leaf_cache")) {
+        if (auto c = get_int(*v, "inspect.leaf_cache", 1, 1'000'000, "a count of names")) {
+            out.leaf_cache = static_cast<std::uint32_t>(*c);
+        } else {
+            ok = false;
+        }
+    }
+    if (ok) {
+        p.inspect = std::move(out);
+    }
+}
+
 }  // namespace cordon::config::detail

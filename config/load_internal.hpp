@@ -39,6 +39,7 @@ private:
                               std::vector<std::pair<std::string, std::string>>& out);
     void load_kill(const YAML::Node& n, kill_spec& out);
     void load_proxy(const YAML::Node& n, proxy_spec& out);
+    void load_inspect(const YAML::Node& n, policy& p);
 
     // The jobs (load_jobs.cpp).
     void load_jobs(const YAML::Node& n, policy& p);
@@ -56,6 +57,8 @@ private:
     void load_filesystem(const YAML::Node& n, const std::string& path, filesystem_spec& out);
     // A client address must belong to at most one job.
     void check_sources(const policy& p);
+    // An https rule needs the `inspect` section (its CA); `at` is where to point otherwise.
+    void check_inspect(const policy& p);
 };
 
 }  // namespace cordon::config::detail

@@ -249,9 +249,11 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
                 r.proto = protocol::tcp;
             } else if (*s == "http") {
                 r.proto = protocol::http;
+            } else if (*s == "https") {
+                r.proto = protocol::https;
             } else {
                 error(*proto, path + ".protocol",
-                      "unknown protocol '" + *s + "' (expected tls, tcp or http)");
+                      "unknown protocol '" + *s + "' (expected tls, tcp, http or https)");
             }
         }
     }
@@ -260,23 +262,29 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
             error(n, path,
                   "a 'cidr' rule must name its protocol: tcp or http (tls needs "
                   "a host name for the SNI check)");
-        } else if (r.proto == protocol::tls && proto->IsScalar() && proto->Scalar() == "tls") {
+        } else if ((r.proto == protocol::tls && proto->IsScalar() && proto->Scalar() == "tls") ||
+                   r.proto == protocol::https) {
             error(*proto, path + ".protocol",
-                  "tls needs a host name to check the SNI against; use tcp for a 'cidr' "
-                  "rule");
+                  std::string(to_string(r.proto)) +
+                      " needs a host name to check the SNI against; use tcp for a 'cidr' "
+                      "rule");
         }
     }
     const auto* methods = find(keys, "methods");
     if (methods != nullptr) {
-        if (r.proto != protocol::http) {
-            error(*methods, path + ".methods", "'methods' applies only to protocol: http");
+        if (!r.per_request()) {
+            error(*methods, path + ".methods",
+                  "'methods' applies only to protocol: http and https (cordon sees no request "
+                  "inside a tls or tcp tunnel)");
         } else {
             load_methods(*methods, path + ".methods", r.methods);
         }
     }
     if (const auto* v = find(keys, "http")) {
-        if (r.proto != protocol::http) {
-            error(*v, path + ".http", "'http' request rules apply only to protocol: http");
+        if (!r.per_request()) {
+            error(*v, path + ".http",
+                  "'http' request rules apply only to protocol: http and https (cordon sees "
+                  "no request inside a tls or tcp tunnel)");
         } else if (methods != nullptr) {
             error(*v, path + ".http",
                   "give either 'methods' or 'http', not both: write the methods in the "
@@ -584,6 +592,31 @@ void loader::check_sources(const policy& p) {
                     }
                 }
             }
+        }
+    }
+}
+
+// An https rule terminates TLS with cordon's CA: without the `inspect` section there is none,
+// and such a rule is refused rather than carried as a plain tunnel.
+void loader::check_inspect(const policy& p) {
+    if (p.inspect) {
+        return;
+    }
+    for (const job& j : p.jobs) {
+        for (std::size_t i = 0; i < j.egress.size(); ++i) {
+            const egress_rule& r = j.egress[i];
+            if (r.proto != protocol::https) {
+                continue;
+            }
+            diagnostic d;
+            d.file = file_;
+            d.line = r.pos.line;
+            d.column = r.pos.column;
+            d.message = "jobs." + j.name + ".egress[" + std::to_string(i) +
+                        "]: protocol https needs the 'inspect' section (cordon's CA: run "
+                        "`cordon ca init DIR`, then `inspect: { ca: { cert: DIR/ca.pem, key: "
+                        "DIR/ca.key } }`)";
+            errors_.push_back(std::move(d));
         }
     }
 }

@@ -10,6 +10,7 @@ std::string_view to_string(protocol p) noexcept {
         case protocol::tls: return "tls";
         case protocol::tcp: return "tcp";
         case protocol::http: return "http";
+        case protocol::https: return "https";
     }
     return "?";
 }

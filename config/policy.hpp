@@ -27,6 +27,9 @@ enum class protocol : std::uint8_t {
     tls,   ///< CONNECT; the TLS ClientHello's SNI must equal the CONNECT host
     tcp,   ///< CONNECT; raw bytes, no SNI check
     http,  ///< plain HTTP forwarding of absolute-form requests; `methods` and `http` enforced
+    /// CONNECT, TLS terminated by cordon (the `inspect` section): the SNI must equal the
+    /// CONNECT host, and each HTTP/1.1 request inside is decided on its own (`methods`, `http`)
+    https,
 };
 std::string_view to_string(protocol p) noexcept;
 
@@ -42,14 +45,16 @@ struct egress_rule {
     std::optional<cidr> net;
     std::vector<std::uint16_t> ports;  ///< sorted, unique, never empty
     protocol proto = protocol::tls;
-    std::vector<std::string> methods;  ///< http only; empty means any method
-    /// http only: request rules, first match wins; empty means any request. When set, the
-    /// request's path is normalised (config/http_rules.hpp), matched, and sent so.
+    std::vector<std::string> methods;  ///< http and https only; empty means any method
+    /// http and https only: request rules, first match wins; empty means any request. When
+    /// set, the request's path is normalised (config/http_rules.hpp), matched, and sent so.
     std::vector<http_rule> http;
     std::vector<cidr> resolves_to;  ///< non-public ranges this host may resolve into
     source_pos pos;
 
     bool allows_port(std::uint16_t port) const noexcept;
+    /// http and https: each request is decided on its own (methods, request rules).
+    bool per_request() const noexcept { return proto == protocol::http || proto == protocol::https; }
     bool allows_method(std::string_view method) const noexcept;
     /// "api.example.com:443/tls", "203.0.113.0/24:22/tcp": for logs and messages.
     std::string describe() const;
@@ -208,6 +213,17 @@ struct proxy_spec {
     std::uint32_t max_connections = 20'000;               ///< client connections: fd exhaustion
 };
 
+/// TLS inspection (`protocol: https` rules): cordon's CA, whom upstreams must chain to, and
+/// the leaves it mints (proxy/inspect/). Needed by any https rule.
+struct inspect_spec {
+    std::string ca_cert;  ///< PEM certificate made by `cordon ca init`
+    std::string ca_key;   ///< its PEM private key (mode 0600)
+    /// PEM bundle upstream servers must chain to; unset: the system's roots
+    std::optional<std::string> upstream_ca;
+    std::chrono::seconds leaf_ttl = std::chrono::hours(24);  ///< within 1h..90 days
+    std::uint32_t leaf_cache = 10'000;  ///< leaves kept (names), bounded LRU
+};
+
 /// A whole validated policy file.
 struct policy {
     std::string source;  ///< file name it was loaded from, for messages
@@ -219,6 +235,7 @@ struct policy {
     alerts_spec alerts;
     kill_spec kill;
     proxy_spec proxy;
+    std::optional<inspect_spec> inspect;  ///< unset: no https rule may exist
     std::vector<job> jobs;  ///< in file order; names unique
 
     const job* find_job(std::string_view name) const noexcept;

@@ -162,10 +162,11 @@ target_result parse_absolute_uri(std::string_view text) {
     return r;
 }
 
-bool host_header_matches(std::string_view host_header, const target& t) {
+bool host_header_matches(std::string_view host_header, const target& t,
+                         std::uint16_t default_port) {
     target h;
     std::string error;
-    if (!split_authority(host_header, false, 80, h, error)) {
+    if (!split_authority(host_header, false, default_port, h, error)) {
         return false;
     }
     if (h.port != t.port || h.host.size() != t.host.size()) {

@@ -31,7 +31,9 @@ target_result parse_connect_target(std::string_view text);
 target_result parse_absolute_uri(std::string_view text);
 
 /// True when a Host header value names the same authority as the URI target (host
-/// compared case-insensitively, a missing port equal to 80).
-bool host_header_matches(std::string_view host_header, const target& t);
+/// compared case-insensitively, a missing port equal to `default_port`: 80 for plain HTTP,
+/// 443 inside an inspected TLS tunnel).
+bool host_header_matches(std::string_view host_header, const target& t,
+                         std::uint16_t default_port = 80);
 
 }  // namespace cordon::config

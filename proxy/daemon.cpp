@@ -21,6 +21,7 @@
 #include "proxy/control/capacity.hpp"
 #include "proxy/control/runtime.hpp"
 #include "proxy/dns_hook.hpp"
+#include "proxy/inspect/inspector.hpp"
 #include "proxy/listeners.hpp"
 
 namespace cordon::proxy {
@@ -494,6 +495,15 @@ int run_daemon(const daemon_options& opts) {
                      "terminate TLS in front of it\n";
         return 1;
     }
+    // protocol: https rules are never carried without the CA that terminates them.
+    std::shared_ptr<inspect::inspector> inspection;
+    if (pol.inspect) {
+        inspection = inspect::inspector::load(*pol.inspect, error);
+        if (!inspection) {
+            std::cerr << "cordon: refusing to start: " << error << '\n';
+            return 1;
+        }
+    }
     for (const auto& j : pol.jobs) {
         if (j.mode == config::job_mode::report) {
             std::cerr << "cordon: job " << j.name
@@ -513,6 +523,7 @@ int run_daemon(const daemon_options& opts) {
     const std::string state_dir = pol.state.path;
 
     control::runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
+    rt.set_inspection(std::move(inspection));
     // A network kill closes the resolvers' gate: lookups in flight (the proxy's and the DNS
     // listener's) are cancelled before c-ares can send a retry or hand over an answer.
     plan.resolver.upstream_allowed = [&rt] { return !rt.kill.engaged(); };

@@ -14,6 +14,7 @@
 #include "proxy/audit/shim_event.hpp"
 #include "proxy/audit/tool_event.hpp"
 #include "proxy/data/http_head.hpp"
+#include "proxy/inspect/inspector.hpp"
 #include "proxy/data/responses.hpp"
 
 namespace cordon::proxy::admin {
@@ -64,6 +65,7 @@ awaitable<reply> admin_handlers::handle(const request& req, const route_match& m
         case route::method_not_allowed:
             co_return error(http::status::method_not_allowed, std::string(m.message));
         case route::metrics: co_return metrics();
+        case route::ca_pem: co_return ca_pem();
         case route::kill: co_return co_await kill_network(req);
         case route::revive: co_return revive(req);
         case route::status: co_return status();
@@ -245,6 +247,18 @@ reply admin_handlers::metrics() {
     rt_.stats.set_audit_write_errors(rt_.audit_log_ ? rt_.audit_log_->write_errors() : 0);
     rt_.stats.set_audit_dropped(rt_.audit_log_ ? rt_.audit_log_->dropped() : 0);
     r.text = rt_.stats.render();
+    return r;
+}
+
+reply admin_handlers::ca_pem() {
+    const auto insp = rt_.inspection();
+    if (!insp) {
+        return error(http::status::not_found,
+                     "no inspection CA: the policy has no `inspect` section");
+    }
+    reply r;
+    r.text = insp->ca_pem();
+    r.content_type = "application/x-pem-file";
     return r;
 }
 

@@ -63,6 +63,7 @@ private:
     // admin_api.cpp
     reply post_event(const request& req, const std::string& id);
     reply metrics();
+    reply ca_pem();
     reply denials(const request& req);
     reply status();
     awaitable<reply> reload();

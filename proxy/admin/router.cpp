@@ -117,6 +117,10 @@ route_match route_request(verb method, std::string_view target, bool admin_autho
     if (seg.size() == 1 && seg[0] == "healthz") {
         return to(route::healthz);
     }
+    // The inspection CA's certificate: what sandboxes trust, no secret in it.
+    if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "ca.pem" && method == verb::get) {
+        return to(route::ca_pem);
+    }
     // The one endpoint a session's own token may call (besides the admin token).
     if (seg.size() == 4 && seg[0] == "v1" && seg[1] == "sessions" && seg[3] == "events") {
         return to(route::post_event, seg[2]);

@@ -15,6 +15,8 @@ namespace cordon::proxy::admin {
 /// answered by the caller with the message in route_match::message.
 enum class route {
     healthz,             ///< GET /healthz (any method: load balancers probe with HEAD too)
+    ca_pem,              ///< GET /v1/ca.pem: the inspection CA's certificate (public: no
+                         ///< token needed; 404 without an `inspect` section)
     metrics,             ///< GET /metrics
     status,              ///< GET /v1/status
     denials,             ///< GET /v1/denials

@@ -26,7 +26,8 @@ const label_array& labels() {
     return all;
 }
 
-constexpr std::array<std::string_view, 4> kinds{"connect", "http", "dns", "other"};
+// "https": a request refused inside an inspected tunnel.
+constexpr std::array<std::string_view, 5> kinds{"connect", "http", "dns", "https", "other"};
 
 std::uint8_t kind_bit(std::string_view kind) {
     for (std::size_t i = 0; i + 1 < kinds.size(); ++i) {

@@ -138,6 +138,13 @@ struct metrics::impl {
             .Name("cordon_bytes_total")
             .Help("Bytes relayed, by job and direction: up (client to upstream) or down")
             .Register(*registry);
+    prometheus::Family<prometheus::Counter>& http_requests =
+        prometheus::BuildCounter()
+            .Name("cordon_http_requests_total")
+            .Help("Requests inside inspected TLS tunnels (protocol: https), by job and "
+                  "decision: allowed, denied (the reason is in cordon_denied_total), "
+                  "would_deny (report mode) or error (no valid answer from the upstream)")
+            .Register(*registry);
     prometheus::Family<prometheus::Counter>& denial_bursts =
         prometheus::BuildCounter()
             .Name("cordon_denial_bursts_total")
@@ -214,6 +221,10 @@ struct metrics::impl {
         m->dns_denied_ = &dns_queries.Add({{"job", label}, {"decision", "denied"}});
         m->dns_would_deny_ = &dns_queries.Add({{"job", label}, {"decision", "would_deny"}});
         m->denial_bursts_ = &denial_bursts.Add({{"job", label}});
+        const char* outcomes[] = {"allowed", "denied", "would_deny", "error"};
+        for (std::size_t i = 0; i < m->http_requests_.size(); ++i) {
+            m->http_requests_[i] = &http_requests.Add({{"job", label}, {"decision", outcomes[i]}});
+        }
         jobs.push_back(std::move(m));
         return jobs.back().get();
     }
@@ -249,6 +260,9 @@ struct metrics::impl {
 
 void job_metrics::count_allowed() { allowed_->Increment(); }
 void job_metrics::count_would_deny() { would_deny_->Increment(); }
+void job_metrics::count_http_request(http_outcome o) {
+    http_requests_[static_cast<std::size_t>(o)]->Increment();
+}
 void job_metrics::tunnel_opened() { active_tunnels_->Increment(); }
 void job_metrics::tunnel_closed() { active_tunnels_->Decrement(); }
 void job_metrics::count_bytes(bool up, std::uint64_t n) {

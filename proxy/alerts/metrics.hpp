@@ -4,6 +4,7 @@
 // prometheus-cpp types stay in metrics.cpp. The metrics are listed in docs/observability.md.
 
 #include <atomic>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +24,9 @@ enum class kill_scope { network, session, credential };
 /// The series of one job (or of unattributed clients, job label "(none)"). Created once
 /// and never freed while the metrics object lives, so a pointer to it may be kept. Every
 /// method is an atomic add: thread-safe and lock-free.
+/// How a request inside an inspected TLS tunnel ended (cordon_http_requests_total).
+enum class http_outcome : std::uint8_t { allowed, denied, would_deny, error };
+
 class job_metrics {
 public:
     /// A proxy request allowed and connected upstream (cordon_connections_total{decision=
@@ -35,6 +39,11 @@ public:
     void tunnel_closed();
     /// Bytes relayed for this job, client -> upstream (up) or back (down).
     void count_bytes(bool up, std::uint64_t n);
+    /// A request inside an inspected (TLS-terminated) tunnel: cordon_http_requests_total
+    /// {job,decision}: allowed (answered by the upstream), denied (refused by cordon: the
+    /// reason is in cordon_denied_total), would_deny (a report-mode job's), error (no
+    /// valid answer from the upstream, or a transfer cut short).
+    void count_http_request(http_outcome o);
 
 private:
     friend class metrics;
@@ -49,6 +58,7 @@ private:
     prometheus::Counter* dns_denied_ = nullptr;
     prometheus::Counter* dns_would_deny_ = nullptr;
     prometheus::Counter* denial_bursts_ = nullptr;
+    std::array<prometheus::Counter*, 4> http_requests_{};  ///< by http_outcome
 };
 
 /// Thread-safe.

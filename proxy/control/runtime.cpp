@@ -6,6 +6,7 @@
 #include "config/load.hpp"
 #include "config/mode.hpp"
 #include "proxy/audit/redact.hpp"
+#include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::control {
 namespace {
@@ -75,7 +76,9 @@ void runtime::denied(const denial& d) {
         cleaned = audit::redact_text(audit::redact_url(target));
         target = cleaned;
     }
-    stats.count_denied(d.job, d.reason, d.kind != "dns", d.count);
+    // A DNS refusal is no connection; a request refused inside an inspected tunnel is one of
+    // the tunnel's (counted in cordon_http_requests_total), not a connection of its own.
+    stats.count_denied(d.job, d.reason, d.kind != "dns" && d.kind != "https", d.count);
     denials.record(d.job, target, d.reason, d.kind, now(), d.count);
     if (notifier) {
         notifier->submit(d.job, d.session, d.reason, target, d.kind, d.count);
@@ -123,7 +126,24 @@ awaitable<std::string> runtime::reload(const std::string& by,
     if (needs_restart != nullptr) {
         *needs_restart = restart_only;
     }
+    // The inspection CA and upstream roots are read again (a rotated CA applies now); a file
+    // that no longer loads fails the reload and the running policy stays.
+    std::shared_ptr<inspect::inspector> inspection;
+    if (r.value->inspect) {
+        std::string error;
+        inspection = inspect::inspector::load(*r.value->inspect, error);
+        if (!inspection) {
+            ++reloads_failed;
+            stats.count_config_reload(false);
+            auto rec = record("config.reload");
+            rec.add("result", "error").add("by", by).add("source", config_path_).add("errors",
+                                                                                    error);
+            audit(std::move(rec));
+            co_return error + "\n";
+        }
+    }
     auto next = config::compile(std::move(*r.value));
+    set_inspection(std::move(inspection));
     set_policy(next);
     ++reloads_ok;
     stats.add_jobs(job_names(*next));

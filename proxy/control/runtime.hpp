@@ -26,6 +26,10 @@
 #include "proxy/control/sessions.hpp"
 #include "proxy/control/state_store.hpp"
 
+namespace cordon::proxy::inspect {
+class inspector;
+}
+
 namespace cordon::proxy::control {
 
 class lifelines;
@@ -51,7 +55,7 @@ struct denial {
     std::string_view reason;   ///< a deny reason name (config::to_string(deny_reason))
     std::string_view target;   ///< "host:port" (a URL when refused early: denied() redacts
                                ///< it), the name for DNS
-    std::string_view kind;     ///< "connect", "http" or "dns"
+    std::string_view kind;     ///< "connect", "http", "https" (inside an inspected tunnel) or "dns"
     std::uint64_t count = 1;   ///< identical attempts (the DNS server reports repeats at once)
 };
 
@@ -65,6 +69,10 @@ public:
         policy_.store(std::move(p));
     }
     const std::string& config_path() const { return config_path_; }
+    /// TLS inspection (the policy's `inspect` section; proxy/inspect/inspector.hpp): null
+    /// when the policy has none. Swapped with the policy on reload (set before it).
+    std::shared_ptr<inspect::inspector> inspection() const { return inspection_.load(); }
+    void set_inspection(std::shared_ptr<inspect::inspector> i) { inspection_.store(std::move(i)); }
 
     common::wall_clock::time_point now() const { return common::wall_clock::now(); }
     audit::audit_record record(std::string_view event) const {
@@ -122,6 +130,7 @@ public:
 private:
     std::string config_path_;
     std::atomic<std::shared_ptr<const config::compiled_policy>> policy_;
+    std::atomic<std::shared_ptr<inspect::inspector>> inspection_;
     std::mutex usage_mu_;
     std::unordered_map<std::string, std::shared_ptr<session_usage>> usage_;
 };

@@ -362,10 +362,12 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
     buffer.consume(buffer.size());
     buffer.shrink_to_fit();  // an idle tunnel holds no read buffer
 
-    // Phase: for tls rules, the ClientHello's SNI must name the CONNECT host before a single
-    // byte reaches the upstream.
+    // Phase: for tls and https rules, the ClientHello's SNI must name the CONNECT host before
+    // a single byte reaches the upstream.
+    const bool inspected = st.decision.rule != nullptr &&
+                           st.decision.rule->proto == config::protocol::https;
     const hello_wait hw = st.decision.rule != nullptr &&
-                                  st.decision.rule->proto == config::protocol::tls
+                                  (st.decision.rule->proto == config::protocol::tls || inspected)
                               ? co_await check_sni(st.target.name, first)
                               : hello_wait::match;
     if (hw == hello_wait::ended || hw == hello_wait::timeout) {
@@ -390,6 +392,10 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
         st.log.deny(deny_reason::sni_mismatch, 403,
                     h.status == hello_status::ok ? std::string_view(h.sni) : std::string_view());
         log_close(st, "sni_mismatch");
+        co_return;
+    }
+    if (inspected) {
+        co_await serve_inspected(st, first, policy);
         co_return;
     }
     co_await start_tunnel(st, j, first, policy);

@@ -20,7 +20,16 @@
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/request_log.hpp"
 
+namespace boost::asio::ssl {
+template <typename Stream>
+class stream;
+}  // namespace boost::asio::ssl
+
 namespace cordon::proxy::data {
+
+/// The client's or the upstream's TLS in an inspected tunnel (inspected.cpp), over the
+/// connection's own stream: a kill's abort of the socket ends it too.
+using tls_stream = boost::asio::ssl::stream<beast::tcp_stream&>;
 
 /// Bodies pass through a window of this size, one direction at a time (forward.cpp).
 inline constexpr std::size_t body_window_size = 16 * 1024;
@@ -113,6 +122,27 @@ private:
     void start_relay(request_state&& st, relay_hooks hooks);
     std::string close_reason(const relay_result& rr) const;
 
+    // The inspected path (inspected.cpp): TLS terminated on both sides, requests decided one
+    // by one. Runs until the tunnel ends; logs its close.
+    awaitable<void> serve_inspected(request_state& st, std::vector<std::uint8_t>& hello,
+                                    const std::shared_ptr<const config::compiled_policy>& policy);
+    /// What an http.request record says (views: valid for the call).
+    struct http_note {
+        http_note(std::string_view m, std::string_view p, int s) : method(m), path(p), status(s) {}
+        std::string_view method;
+        std::string_view path;  ///< normal form, query values hidden
+        int status = 0;         ///< 0: no answer reached the client
+        config::deny_reason reason = config::deny_reason::none;
+        config::deny_reason would_deny = config::deny_reason::none;
+        std::uint64_t bytes_up = 0;
+        std::uint64_t bytes_down = 0;
+        std::string_view message;
+    };
+    void write_http_request(const http_note& n);
+    awaitable<void> refuse_inspected(tls_stream& cs, request_state& st, int status,
+                                     config::deny_reason reason, std::string_view req_method,
+                                     std::string_view path, std::string_view message);
+
     // The HTTP forwarding path (forward.cpp). `parsed` is the request's target, parsed (or
     // refused) once by run(); it lives in run()'s frame for the whole call.
     awaitable<bool> handle_forward(request_state& st,
@@ -154,6 +184,7 @@ private:
     std::uint64_t id_;
     session_quota quota_;
     alerts::job_metrics* tunnel_metrics_ = nullptr;  // set while an allowed request relays
+    std::string tunnel_target_;  // an inspected tunnel's "host:port", for its records
     // The kept-alive upstream (name and port of its upstream_target), if any: compared per
     // request without building a key string.
     std::string upstream_name_;

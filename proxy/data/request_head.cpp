@@ -51,4 +51,33 @@ std::string_view restricted_refusal(const config::egress_rule* rule, http::verb 
     return {};
 }
 
+std::string inspected_path_for_audit(std::string_view path, std::string_view origin_form) {
+    std::string out(path);
+    const std::size_t q = origin_form.find('?');
+    if (q == std::string_view::npos) {
+        return out;
+    }
+    // Every query value is hidden: a name says what was asked, a value may be a secret.
+    std::string_view query = origin_form.substr(q + 1);
+    out += '?';
+    bool first = true;
+    while (!query.empty() && out.size() < 2048) {
+        const std::size_t amp = query.find('&');
+        const std::string_view param = query.substr(0, amp);
+        query.remove_prefix(amp == std::string_view::npos ? query.size() : amp + 1);
+        if (!first) {
+            out += '&';
+        }
+        first = false;
+        const std::size_t eq = param.find('=');
+        out.append(param.substr(0, std::min<std::size_t>(eq, 128)));
+        if (eq != std::string_view::npos && eq + 1 < param.size()) {
+            out += "=REDACTED";
+        } else if (eq != std::string_view::npos) {
+            out += '=';
+        }
+    }
+    return out;
+}
+
 }  // namespace cordon::proxy::data

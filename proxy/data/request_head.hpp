@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "common/asio.hpp"
@@ -76,5 +77,10 @@ bool wants_upgrade(const http::fields& f);
 /// their own). Returns why the request is refused (answered 400), or "".
 std::string_view restricted_refusal(const config::egress_rule* rule, http::verb method,
                                     bool has_body, const http::fields& f);
+
+/// The path an http.request record shows: `path` (the normal form) and, when
+/// `origin_form` has a query, its parameter names with every non-empty value "REDACTED"
+/// ("/v1/x?key=REDACTED&flag"); at most about 2 KiB.
+std::string inspected_path_for_audit(std::string_view path, std::string_view origin_form);
 
 }  // namespace cordon::proxy::data

@@ -4,6 +4,7 @@
 #include "config/target.hpp"
 #include "proxy/audit/tool_event.hpp"
 #include "proxy/data/responses.hpp"
+#include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::data {
 namespace {
@@ -47,6 +48,27 @@ awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client,
         const config::target_result t = config::parse_absolute_uri(target_text);
         path = t.value ? t.value->origin_form : std::string();
     }
+    // The inspection CA's certificate, for sandboxes to trust (no secret in it: any caller).
+    if (req.method() == http::verb::get && path == "/ca.pem") {
+        const auto insp = rt.inspection();
+        const bool keep = req.keep_alive() && parser.is_done();
+        std::string resp;
+        if (!insp) {
+            resp = json_reply(404, error_body("no inspection CA: the policy has no `inspect` "
+                                              "section"),
+                              keep);
+        } else {
+            const std::string& pem = insp->ca_pem();
+            resp = "HTTP/1.1 200 OK\r\nContent-Type: application/x-pem-file\r\n"
+                   "Cache-Control: no-store\r\nContent-Length: " +
+                   std::to_string(pem.size()) + "\r\n" + (keep ? "" : "Connection: close\r\n") +
+                   "\r\n" + pem;
+        }
+        auto [wec, wn] = co_await net::async_write(client.socket(), net::buffer(resp),
+                                                   use_nothrow);
+        (void)wn;
+        co_return !wec && keep;
+    }
     if (who.session.empty()) {
         const std::string resp = deny_response(
             407, "auth", who.job, audit::reserved_events_host,
@@ -56,7 +78,8 @@ awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client,
     }
     if (req.method() != http::verb::post) {
         status = 405;
-        message = "only POST http://cordon.events/v1/events is served on this name";
+        message = "only POST http://cordon.events/v1/events and GET http://cordon.events/ca.pem "
+                  "are served on this name";
     } else if (path != audit::reserved_events_path) {
         status = 404;
         message = "no such endpoint: POST http://cordon.events/v1/events records an event";

@@ -37,8 +37,8 @@ std::string_view explain(config::deny_reason r) {
         case deny_reason::no_rule: return "no rule of this job card allows this host";
         case deny_reason::port: return "a rule names this host, but not this port";
         case deny_reason::protocol:
-            return "a rule names this host and port, but for another protocol (tls, tcp or "
-                   "http)";
+            return "a rule names this host and port, but for another protocol (tls, tcp, http "
+                   "or https)";
         case deny_reason::method: return "this HTTP method is not allowed for this host";
         case deny_reason::private_address:
             return "the target is or resolves to a non-public address this job may not reach";
@@ -61,6 +61,8 @@ std::string_view explain(config::deny_reason r) {
         case deny_reason::session_ended: return "this session has ended";
         case deny_reason::http_rule:
             return "no request rule of this job card allows this method and path";
+        case deny_reason::upstream_tls:
+            return "the upstream's TLS certificate did not verify (chain, name or validity)";
     }
     return "denied";
 }

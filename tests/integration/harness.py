@@ -956,8 +956,10 @@ class Cordon:
     (indented by two spaces, without the `jobs:` line); `proxy_opts` the `proxy:` section."""
 
     def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None, fsize_limit=None,
-                 listen_dns=None, dns_yaml=None, nofile_limit=None):
+                 listen_dns=None, dns_yaml=None, nofile_limit=None, extra_yaml=None):
         self.bin = binary or CORDON_BIN
+        # extra_yaml: more top-level sections (e.g. "inspect:\n  ca: ...\n"), before jobs.
+        self.extra_yaml = extra_yaml or ""
         # With nofile_limit, cordon runs with RLIMIT_NOFILE soft = hard = that many
         # descriptors (`ulimit -n`), for the descriptor-exhaustion tests.
         self.nofile_limit = nofile_limit
@@ -1008,7 +1010,7 @@ class Cordon:
             f"  path: {self.audit_dir}\n"
             "dns:\n"
             f"  upstream: [\"127.0.0.1:{self.dns_port}\"]\n"
-            + self.dns_yaml + proxy +
+            + self.dns_yaml + proxy + self.extra_yaml +
             "jobs:\n" + jobs_yaml)
 
     def write_policy(self, jobs_yaml=None, raw_text=None):

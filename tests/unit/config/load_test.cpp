@@ -911,7 +911,7 @@ TEST_CASE("load: protocol and methods", "[load]") {
     const std::string r = "jobs.j.egress[0]";
     check_cases({
         {"unknown protocol", with_rule("{ host: a.com, ports: [53], protocol: udp }"), 6, 47,
-         r + ".protocol", "unknown protocol 'udp' (expected tls, tcp or http)"},
+         r + ".protocol", "unknown protocol 'udp' (expected tls, tcp, http or https)"},
         {"protocol in upper case", with_rule("{ host: a.com, ports: [53], protocol: TLS }"), 6, 47,
          r + ".protocol", "unknown protocol 'TLS'"},
         {"methods with the default protocol",
@@ -1793,7 +1793,7 @@ TEST_CASE("load: diagnostic::to_string", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK(r.errors[0].to_string() ==
               "etc/cordon.yaml:3:1: policy: unknown key 'bogus' (expected one of: listen, admin, "
-              "dns, state, audit, alerts, kill, proxy, jobs)");
+              "dns, state, audit, alerts, kill, proxy, inspect, jobs)");
     }
     SECTION("a YAML syntax error carries its position") {
         const load_result r = load_policy("{ unclosed", "x.yaml");

@@ -25,6 +25,7 @@ struct row {
 std::string name(route r) {
     switch (r) {
         case route::healthz: return "healthz";
+        case route::ca_pem: return "ca_pem";
         case route::metrics: return "metrics";
         case route::status: return "status";
         case route::denials: return "denials";
@@ -96,6 +97,8 @@ TEST_CASE("admin router: no admin token is a 401, except where another credentia
         // Open to all: the health probe, and the session's own events (its handler checks
         // the session token).
         {verb::get, "/healthz", false, route::healthz},
+        {verb::get, "/v1/ca.pem", false, route::ca_pem},  // public: no secret in it
+        {verb::get, "/v1/ca.pem", true, route::ca_pem},
         {verb::post, "/v1/sessions/s-1/events", false, route::post_event, "s-1"},
         // Methods are the handler's to check there, after the credential.
         {verb::get, "/v1/sessions/s-1/events", false, route::post_event, "s-1"},

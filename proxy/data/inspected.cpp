@@ -1,0 +1,598 @@
+// Requests inside a TLS tunnel cordon terminates (protocol: https rules; DESIGN.md
+// "Inspection", docs/inspect.md): after the CONNECT is allowed and the ClientHello names the
+// CONNECT host, cordon completes the client's TLS with a leaf minted for that name
+// (proxy/inspect/), opens its own TLS to the upstream (verified: chain to upstream_ca, the
+// name checked, SNI and ALPN http/1.1 sent), and then forwards HTTP/1.1 requests one by one:
+// each read, checked as plain forwarding checks it (framing, smuggling), decided on its own
+// (methods, request rules on the normalised path), passed on head then body, streaming, as is
+// its response; each is an http.request record. A 101 to a WebSocket upgrade becomes a relay
+// of the two TLS streams.
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl.hpp>
+
+#include <array>
+#include <charconv>
+#include <functional>
+
+#include "config/http_rules.hpp"
+#include "config/mode.hpp"
+#include "proxy/data/client_conn_impl.hpp"
+#include "proxy/data/http_head.hpp"
+#include "proxy/data/request_head.hpp"
+#include "proxy/data/response_reader.hpp"
+#include "proxy/data/responses.hpp"
+#include "proxy/inspect/inspector.hpp"
+
+namespace cordon::proxy::data {
+namespace {
+
+namespace ssl = boost::asio::ssl;
+using config::deny_reason;
+
+// A read that ends the stream: the peer's close_notify or a close without one (which
+// HTTP/1.1 framing makes harmless: a body cut short fails its framing, not this check).
+bool end_of_stream(const error_code& ec) {
+    return ec == net::error::eof || ec == ssl::error::stream_truncated;
+}
+
+enum class pump_end { done, read_error, write_error, refused };
+
+struct pump_result {
+    pump_end end = pump_end::done;
+    std::uint64_t written = 0;  ///< bytes written to `to`, head and framing included
+};
+
+// Forwards a message whose head `p` has parsed: `head`, then the body read through the
+// parser (framing enforced, chunking undone) one window at a time and written as it came
+// (re-chunked when `chunked`). Memory stays flat whatever the size. `accept`, when set, may
+// refuse a chunk before it is written (the upload budget). Each wait is bounded by `idle`.
+template <class From, class Parser, class To>
+awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat_buffer& fb,
+                            Parser& p, http::buffer_body::value_type& body, To& to,
+                            beast::tcp_stream& to_raw, std::string_view head, bool chunked,
+                            std::chrono::milliseconds idle,
+                            const std::function<bool(std::size_t)>& accept, char* window) {
+    pump_result r;
+    chunked = chunked && !p.is_done();
+    p.eager(true);
+    for (;;) {
+        body.data = window;
+        body.size = body_window_size;
+        bool failed = false;
+        while (!p.is_done() && body.size > 0) {
+            if (fb.size() > 0) {
+                error_code ec;
+                const std::size_t n = p.put(fb.data(), ec);
+                fb.consume(n);
+                if (ec == http::error::need_buffer) {
+                    break;
+                }
+                if (ec && ec != http::error::need_more) {
+                    failed = true;
+                    break;
+                }
+                if (!ec && n > 0) {
+                    continue;
+                }
+            }
+            if (body.size < body_window_size) {
+                break;  // pass on what came before waiting for more
+            }
+            const std::size_t room = std::min<std::size_t>(64 * 1024, fb.max_size() - fb.size());
+            if (room == 0) {
+                failed = true;
+                break;
+            }
+            from_raw.expires_after(idle);
+            auto [ec, n] = co_await from.async_read_some(fb.prepare(room), use_nothrow);
+            from_raw.expires_never();
+            if (end_of_stream(ec)) {
+                error_code eec;
+                p.put_eof(eec);
+                failed = static_cast<bool>(eec);
+                break;
+            }
+            if (ec) {
+                failed = true;
+                break;
+            }
+            fb.commit(n);
+        }
+        if (failed) {
+            r.end = pump_end::read_error;
+            break;
+        }
+        const std::size_t got = body_window_size - body.size;
+        if (got > 0 && accept && !accept(got)) {
+            r.end = pump_end::refused;
+            break;
+        }
+        char size_line[24];
+        std::size_t size_len = 0;
+        if (chunked && got > 0) {
+            const auto [end, ec] = std::to_chars(size_line, size_line + 20, got, 16);
+            (void)ec;
+            end[0] = '\r';
+            end[1] = '\n';
+            size_len = static_cast<std::size_t>(end + 2 - size_line);
+        }
+        static constexpr std::string_view crlf = "\r\n";
+        static constexpr std::string_view last_chunk = "0\r\n\r\n";
+        const std::array<net::const_buffer, 5> out = {
+            net::buffer(head), net::buffer(size_line, size_len), net::buffer(window, got),
+            net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
+            net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
+        if (net::buffer_size(out) > 0) {
+            to_raw.expires_after(idle);
+            auto [wec, wn] = co_await net::async_write(to, out, use_nothrow);
+            to_raw.expires_never();
+            r.written += wn;
+            head = {};
+            if (wec) {
+                r.end = pump_end::write_error;
+                break;
+            }
+        }
+        if (p.is_done()) {
+            break;
+        }
+    }
+    co_return r;
+}
+
+// One direction of an upgraded (WebSocket) connection: bytes as they come, until either
+// side ends or nothing moves for `idle`.
+awaitable<std::uint64_t> copy_stream(tls_stream& from, beast::tcp_stream& from_raw, tls_stream& to,
+                                     beast::tcp_stream& to_raw, beast::flat_buffer& pending,
+                                     std::chrono::milliseconds idle,
+                                     const std::function<bool(std::size_t)>& accept) {
+    std::uint64_t total = 0;
+    std::array<char, 16 * 1024> buf{};
+    if (pending.size() > 0) {
+        if (accept && !accept(pending.size())) {
+            co_return total;
+        }
+        to_raw.expires_after(idle);
+        auto [ec, n] = co_await net::async_write(to, pending.data(), use_nothrow);
+        to_raw.expires_never();
+        total += n;
+        pending.consume(pending.size());
+        if (ec) {
+            co_return total;
+        }
+    }
+    for (;;) {
+        from_raw.expires_after(idle);
+        auto [ec, n] = co_await from.async_read_some(net::buffer(buf), use_nothrow);
+        from_raw.expires_never();
+        if (ec || n == 0) {
+            break;
+        }
+        if (accept && !accept(n)) {
+            break;
+        }
+        to_raw.expires_after(idle);
+        auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), use_nothrow);
+        to_raw.expires_never();
+        total += wn;
+        if (wec) {
+            break;
+        }
+    }
+    // Either side's end ends both: the other direction's read fails at once.
+    error_code ignored;
+    from_raw.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    to_raw.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    co_return total;
+}
+
+}  // namespace
+
+awaitable<void> client_conn::serve_inspected(
+    request_state& st, std::vector<std::uint8_t>& hello,
+    const std::shared_ptr<const config::compiled_policy>& policy) {
+    const config::proxy_spec& ps = policy->source().proxy;
+    const config::job& j = *policy->source().find_job(job);
+    const auto insp = rt_.inspection();
+    tunnel_target_ = st.log.target;
+    const auto give_up = [&](std::string_view reason, std::string_view message) {
+        if (!message.empty()) {
+            st.log.error(0, message);
+        }
+        error_code ignored;
+        upstream_.socket().close(ignored);
+        client_.socket().close(ignored);
+        log_close(st, !closed_by_.empty() ? std::string_view(closed_by_) : reason);
+    };
+    std::string error;
+    SSL* server_ssl = insp ? insp->server_session(st.target.name, error) : nullptr;
+    if (server_ssl == nullptr) {
+        give_up("inspect_error", insp ? error : "TLS inspection is not configured");
+        co_return;
+    }
+    tls_stream cs(client_, server_ssl);
+    client_.expires_after(ps.handshake_timeout);
+    auto [hec, used] = co_await cs.async_handshake(ssl::stream_base::server,
+                                                   net::buffer(hello.data(), hello.size()),
+                                                   use_nothrow);
+    client_.expires_never();
+    (void)used;
+    hello.clear();
+    hello.shrink_to_fit();
+    if (hec) {
+        if (inspect::inspector::alpn_refused(server_ssl)) {
+            give_up("alpn", inspect::inspector::handshake_error(server_ssl));
+        } else {
+            give_up(hec == beast::error::timeout ? "idle_timeout" : "client_tls",
+                    inspect::inspector::handshake_error(server_ssl));
+        }
+        co_return;
+    }
+
+    // The upstream's TLS, verified before a single request goes to it.
+    SSL* up_ssl = insp->upstream_session(st.target.name, error);
+    if (up_ssl == nullptr) {
+        give_up("inspect_error", error);
+        co_return;
+    }
+    tls_stream us(upstream_, up_ssl);
+    upstream_.expires_after(ps.handshake_timeout);
+    auto [uec] = co_await us.async_handshake(ssl::stream_base::client, use_nothrow);
+    upstream_.expires_never();
+    if (uec) {
+        const std::string why = "upstream TLS: " + inspect::inspector::handshake_error(up_ssl);
+        if (closed_by_.empty()) {
+            rt_.denied(control::denial{job, session, config::to_string(deny_reason::upstream_tls),
+                                       st.log.target, "https"});
+            const std::string resp = deny_response(502, config::to_string(deny_reason::upstream_tls),
+                                                   job, st.log.target, why);
+            client_.expires_after(ps.idle_timeout);
+            co_await net::async_write(cs, net::buffer(resp), use_nothrow);
+            client_.expires_never();
+        }
+        http_note n{"", "", 502};
+        n.reason = deny_reason::upstream_tls;
+        n.message = why;
+        write_http_request(n);
+        give_up("upstream_tls", {});
+        co_return;
+    }
+    begin_tunnel(st);
+
+    // Requests, one at a time, keep-alive both sides.
+    beast::flat_buffer cbuf(ps.max_header_bytes + 64 * 1024);
+    beast::flat_buffer& ubuf = upstream_buffer_;
+    forward_state& f = fwd();
+    const config::target host_target{st.target.host, st.target.port, {}, st.log.target};
+    std::string reason = "eof";
+    for (;;) {
+        http::request_parser<http::buffer_body> parser;
+        client_.expires_after(ps.header_timeout);
+        const read_head_result rh = co_await read_request_head(cs, cbuf, ps.max_header_bytes);
+        client_.expires_never();
+        if (!rh.refusal.empty() || rh.too_large || (rh.error && cbuf.size() > 0)) {
+            const std::string_view why = !rh.refusal.empty() ? rh.refusal
+                                         : rh.too_large    ? "request header too large"
+                                                           : "incomplete request";
+            co_await refuse_inspected(cs, st, rh.too_large ? 431 : 400, deny_reason::bad_request,
+                                      "", "", why);
+            reason = "bad_request";
+            break;
+        }
+        if (rh.error) {
+            reason = rh.error == beast::error::timeout ? "idle_timeout" : "eof";
+            break;
+        }
+        const std::string_view head(static_cast<const char*>(cbuf.data().data()), rh.head_len);
+        parser.header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
+        parser.body_limit(boost::none);
+        error_code pec;
+        parser.put(net::buffer(head.data(), head.size()), pec);
+        if (pec || !parser.is_header_done()) {
+            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, "", "",
+                                      "malformed request head");
+            reason = "bad_request";
+            break;
+        }
+        auto& req = parser.get();
+        const std::string req_method(req.method_string());
+        const std::string_view target(req.target().data(), req.target().size());
+        if (const std::string_view refusal = request_refusal(req.base(), head); !refusal.empty()) {
+            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method, "",
+                                      refusal);
+            reason = "bad_request";
+            break;
+        }
+        const std::size_t head_bytes = rh.head_len;
+        cbuf.consume(rh.head_len);
+        // Inside the tunnel a request names a path on the CONNECT host, nothing else.
+        if (target.empty() || target.front() != '/') {
+            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method, "",
+                                      "inside an inspected tunnel, requests are in origin-form "
+                                      "(GET /path HTTP/1.1)");
+            reason = "bad_request";
+            break;
+        }
+        if (const auto h = req.find(http::field::host);
+            h == req.end() ||
+            !config::host_header_matches(std::string_view(h->value().data(), h->value().size()),
+                                         host_target, 443)) {
+            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method, "",
+                                      "the Host header does not name the CONNECT host");
+            reason = "bad_request";
+            break;
+        }
+
+        // Decide this request on its own, on the path in normal form.
+        const config::normal_path np = config::normalise_path(target);
+        const std::string audit_path = np.ok() ? inspected_path_for_audit(np.path, target)
+                                               : std::string(target.substr(
+                                                     0, std::min(target.find('?'),
+                                                                 std::size_t{2048})));
+        const auto now_policy = rt_.policy();
+        config::decide_args args;
+        args.job = job;
+        args.host = host;
+        args.port = port;
+        args.kind = config::request_kind::inspected;
+        args.method = req_method;
+        args.path = np.path;
+        args.path_refused = !np.ok();
+        const config::moded_decision md = config::decide_with_mode(args, *now_policy);
+        if (!md.effective.allowed()) {
+            const bool bad_path = args.path_refused &&
+                                  md.effective.reason == deny_reason::bad_request;
+            co_await refuse_inspected(cs, st, bad_path ? 400 : 403, md.effective.reason,
+                                      req_method, audit_path,
+                                      bad_path ? std::string_view(np.error) : std::string_view());
+            reason = config::to_string(md.effective.reason);
+            break;
+        }
+        const bool has_body = parser.chunked() ||
+                              (parser.content_length() && *parser.content_length() > 0);
+        if (const std::string_view why = restricted_refusal(md.effective.rule, req.method(),
+                                                            has_body, req.base());
+            !why.empty()) {
+            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method,
+                                      audit_path, why);
+            reason = "bad_request";
+            break;
+        }
+        if (!quota_.admit_chunk(j.limits, head_bytes)) {
+            co_await refuse_inspected(cs, st, 403, deny_reason::budget, req_method, audit_path, "");
+            reason = "budget";
+            break;
+        }
+        const bool upgrade = wants_upgrade(req.base());
+        // Expect: 100-continue is answered by cordon (the request is allowed), and the
+        // upstream never sees the expectation, as in plain forwarding.
+        field_filter filter;
+        filter.drop_host = true;
+        filter.keep_upgrade = upgrade;
+        if (const auto e = req.find(http::field::expect); e != req.end()) {
+            if (!beast::iequals(e->value(), "100-continue")) {
+                co_await refuse_inspected(cs, st, 417, deny_reason::bad_request, req_method,
+                                          audit_path, "only Expect: 100-continue is supported");
+                reason = "bad_request";
+                break;
+            }
+            filter.drop_expect = true;
+            if (!parser.is_done()) {
+                static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+                client_.expires_after(ps.idle_timeout);
+                auto [cec, cn] = co_await net::async_write(cs, net::buffer(cont), use_nothrow);
+                client_.expires_never();
+                (void)cn;
+                if (cec) {
+                    reason = "client_error";
+                    break;
+                }
+            }
+        }
+
+        // The head as it goes upstream: the normal form where request rules judged the path.
+        const bool normalised = md.effective.rule != nullptr && !md.effective.rule->http.empty();
+        f.out_head.clear();
+        f.out_head.append(req_method);
+        f.out_head.push_back(' ');
+        if (normalised) {
+            f.out_head.append(np.origin_form());
+        } else {
+            f.out_head.append(target);
+        }
+        f.out_head.append(" HTTP/1.1\r\nHost: ");
+        f.out_head.append(st.log.target);  // host:port as the CONNECT named it
+        f.out_head.append("\r\n");
+        append_end_to_end_lines(f.out_head, head_fields(head), filter);
+        if (upgrade) {
+            f.out_head.append("Connection: upgrade\r\n");
+        }
+        f.out_head.append("\r\n");
+        const bool client_keep_alive = req.keep_alive();
+
+        const std::function<bool(std::size_t)> admit = [this, &j](std::size_t n) {
+            return quota_.admit_chunk(j.limits, n);
+        };
+        // Named, never a temporary in a co_await expression: GCC 12 destroys those twice
+        // (GCC PR 100611; see dialer.cpp). The same for every argument below.
+        const std::function<bool(std::size_t)> no_limit;
+        http::buffer_body::value_type& rbody = parser.get().body();
+        const pump_result up = co_await pump(cs, client_, cbuf, parser, rbody, us, upstream_,
+                                             f.out_head, parser.chunked(), ps.idle_timeout,
+                                             admit, f.window);
+        st.log.bytes_up += up.written;
+        if (up.end != pump_end::done) {
+            http_note n{req_method, audit_path, up.end == pump_end::refused ? 403 : 0};
+            n.reason = up.end == pump_end::refused ? deny_reason::budget : deny_reason::none;
+            n.bytes_up = up.written;
+            n.message = up.end == pump_end::refused ? "" : "request not forwarded whole";
+            write_http_request(n);
+            reason = up.end == pump_end::refused ? "budget" : "error";
+            break;
+        }
+
+        // The response: interim 1xx answers (but 101) go to the client as they come.
+        std::optional<response_reader> rp_holder;
+        error_code rec;
+        for (int interim = 0;; ++interim) {
+            rp_holder.emplace(f.in_head);
+            rp_holder->header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
+            rp_holder->body_limit(boost::none);
+            if (req.method() == http::verb::head) {
+                rp_holder->skip(true);
+            }
+            upstream_.expires_after(ps.idle_timeout);
+            rec = co_await data::read_response_head(us, ubuf, *rp_holder);
+            upstream_.expires_never();
+            const unsigned code = rp_holder->status();
+            if (rec || code < 100 || code >= 200 || code == 101) {
+                break;
+            }
+            if (interim >= 8) {
+                rec = http::error::bad_status;  // an upstream that never gives a final answer
+                break;
+            }
+            f.out_head.clear();
+            f.out_head.append("HTTP/1.1");
+            f.out_head.append(rp_holder->status_line().substr(8));
+            append_end_to_end_lines(f.out_head, rp_holder->field_lines(), field_filter{});
+            f.out_head.append("\r\n");
+            client_.expires_after(ps.idle_timeout);
+            auto [wec, wn] = co_await net::async_write(cs, net::buffer(f.out_head), use_nothrow);
+            client_.expires_never();
+            st.log.bytes_down += wn;
+            if (wec) {
+                rec = wec;
+                break;
+            }
+        }
+        response_reader& rp = *rp_holder;
+        if (rec) {
+            if (closed_by_.empty()) {
+                const std::string resp = deny_response(502, "", job, st.log.target,
+                                                       "the upstream sent no valid response");
+                client_.expires_after(ps.idle_timeout);
+                co_await net::async_write(cs, net::buffer(resp), use_nothrow);
+                client_.expires_never();
+            }
+            http_note n{req_method, audit_path, 502};
+            n.bytes_up = up.written;
+            n.message = "the upstream sent no valid response";
+            write_http_request(n);
+            reason = "upstream_error";
+            break;
+        }
+        const bool switching = upgrade && rp.status() == 101;
+        const bool keep = !switching && client_keep_alive && rp.keep_alive();
+        std::string& out = f.out_head;
+        out.clear();
+        out.append(rp.status_line());
+        append_end_to_end_lines(out, rp.field_lines(), field_filter{switching, false, false});
+        if (const std::string_view c = response_connection(rp.version(), keep, switching);
+            !c.empty()) {
+            out.append("Connection: ");
+            out.append(c);
+            out.append("\r\n");
+        }
+        out.append("\r\n");
+        const pump_result down = co_await pump(us, upstream_, ubuf, rp, rp.body, cs, client_, out,
+                                               rp.chunked(), ps.idle_timeout, no_limit, f.window);
+        st.log.bytes_down += down.written;
+        http_note n{req_method, audit_path, static_cast<int>(rp.status())};
+        n.would_deny = md.would_deny;
+        n.bytes_up = up.written;
+        n.bytes_down = down.written;
+        n.message = down.end == pump_end::done ? "" : "response not forwarded whole";
+        write_http_request(n);
+        if (down.end != pump_end::done) {
+            reason = "error";
+            break;
+        }
+        if (switching) {
+            // A WebSocket: the two TLS streams relayed as they are, both ways.
+            using namespace net::experimental::awaitable_operators;
+            auto both =
+                copy_stream(cs, client_, us, upstream_, cbuf, ps.idle_timeout, admit) &&
+                copy_stream(us, upstream_, cs, client_, ubuf, ps.idle_timeout, no_limit);
+            const auto [a, b] = co_await std::move(both);
+            st.log.bytes_up += a;
+            st.log.bytes_down += b;
+            reason = "eof";
+            break;
+        }
+        if (!keep) {
+            break;
+        }
+    }
+    // close_notify to each side, bounded: a peer that does not read it cannot hold us.
+    if (closed_by_.empty()) {
+        client_.expires_after(std::chrono::seconds(1));
+        co_await cs.async_shutdown(use_nothrow);
+        upstream_.expires_after(std::chrono::seconds(1));
+        co_await us.async_shutdown(use_nothrow);
+    }
+    give_up(reason, {});
+}
+
+// One request inside an inspected tunnel: its http.request record. Never a query value, a
+// header or a body: the path's query values are hidden (inspected_path_for_audit).
+void client_conn::write_http_request(const http_note& n) {
+    auto r = sink_.make("http.request");
+    if (!session.empty()) {
+        r.add("session", session);
+    }
+    if (!job.empty()) {
+        r.add("job", job);
+    }
+    r.add("client", client_text_).add("target", tunnel_target_);
+    if (!n.method.empty()) {
+        r.add("method", n.method);
+    }
+    if (!n.path.empty()) {
+        r.add("path", n.path);
+    }
+    if (n.status != 0) {
+        r.add("status", std::int64_t{n.status});
+    }
+    if (n.reason != deny_reason::none) {
+        r.add("reason", config::to_string(n.reason));
+    }
+    if (n.would_deny != deny_reason::none) {
+        r.add("would_deny", config::to_string(n.would_deny));
+    }
+    r.add("bytes_up", n.bytes_up).add("bytes_down", n.bytes_down);
+    if (!n.message.empty()) {
+        r.add("message", n.message);
+    }
+    sink_.write(std::move(r));
+    using alerts::http_outcome;
+    rt_.stats.job(job).count_http_request(n.reason != deny_reason::none       ? http_outcome::denied
+                                          : n.would_deny != deny_reason::none ? http_outcome::would_deny
+                                          : n.status == 0                      ? http_outcome::error
+                                          : n.status == 502 && !n.message.empty()
+                                              ? http_outcome::error
+                                              : http_outcome::allowed);
+}
+
+// A request refused inside the tunnel: the answer (403 or 400, X-Cordon-Deny and the JSON
+// body) goes over the client's TLS, the denial is counted and recorded, the tunnel closes.
+awaitable<void> client_conn::refuse_inspected(tls_stream& cs, request_state& st, int status,
+                                              deny_reason reason, std::string_view req_method,
+                                              std::string_view path, std::string_view message) {
+    rt_.denied(control::denial{job, session, config::to_string(reason), st.log.target, "https"});
+    http_note n{req_method, path, status};
+    n.reason = reason;
+    n.message = message;
+    write_http_request(n);
+    const std::string msg = message.empty() ? std::string(explain(reason)) : std::string(message);
+    const std::string resp = deny_response(status, config::to_string(reason), job, st.log.target,
+                                           msg);
+    if (closed_by_.empty()) {
+        client_.expires_after(rt_.policy()->source().proxy.idle_timeout);
+        co_await net::async_write(cs, net::buffer(resp), use_nothrow);
+        client_.expires_never();
+    }
+}
+
+}  // namespace cordon::proxy::data

@@ -1,0 +1,613 @@
+"""Integration tests of TLS inspection (`protocol: https`, issue 21, DESIGN "Inspection"):
+`cordon ca init`, cordon completing the client's TLS with a leaf it mints for the CONNECT
+host, its own verified TLS to the upstream, HTTP/1.1 requests decided one by one inside the
+tunnel (request rules, smuggling checks, Host), http.request records, the upstream checks
+(expired, self-signed, wrong name: 502 upstream_tls), h2-only ALPN and SNI mismatches
+refused, report mode, metrics, GET /v1/ca.pem and http://cordon.events/ca.pem.
+Real `cordon serve`, real curl, Python's ssl and Debian's python3 with requests and httpx, on
+loopback only: the origins are TLS servers here whose certificates chain to a CA this test
+makes and gives cordon as `upstream_ca`.
+
+Run: CORDON_BIN=build/cordon python3 -m unittest -v test_inspect   (from tests/integration)
+"""
+
+import hashlib
+import http.server
+import json
+import os
+import socket
+import socketserver
+import ssl
+import stat
+import subprocess
+import threading
+import time
+import unittest
+import uuid
+
+import harness as H
+
+DNS = None
+PKI = None  # the test's upstream CA and the origins' certificates
+ORIGINS = {}  # name -> InspectOrigin
+CA_DIR = None  # cordon's CA (cordon ca init)
+DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's, with python3-requests and python3-httpx
+
+
+def openssl(*args):
+    subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE, timeout=60)
+
+
+class TestPKI:
+    """A CA for the upstream servers and certificates from it (and one self-signed)."""
+
+    def __init__(self):
+        self.dir = H.TempDir("cordon-it-pki-")
+        self.ca_cert, self.ca_key = self.dir.join("ca.pem"), self.dir.join("ca.key")
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-days", "2", "-subj", "/CN=cordon test upstream CA", "-keyout", self.ca_key,
+                "-out", self.ca_cert, "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign")
+
+    def leaf(self, name, san, days="2", self_signed=False):
+        key, cert = self.dir.join(f"{name}.key"), self.dir.join(f"{name}.pem")
+        if self_signed:
+            openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", days, "-subj", f"/CN={san}", "-keyout", key, "-out",
+                    cert, "-addext", f"subjectAltName=DNS:{san}")
+            return cert, key
+        csr, ext = self.dir.join(f"{name}.csr"), self.dir.join(f"{name}.ext")
+        with open(ext, "w") as f:
+            f.write(f"subjectAltName=DNS:{san}\nextendedKeyUsage=serverAuth\n")
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-subj", f"/CN={san}", "-keyout", key, "-out", csr)
+        openssl("x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key,
+                "-days", days, "-out", cert, "-extfile", ext)
+        return cert, key
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            out = bytearray()
+            for _ in range(1_000_000):
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    for _ in range(100):
+                        if self.rfile.readline() in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                out.extend(self.rfile.read(size))
+                self.rfile.readline()
+            return bytes(out)
+        n = int(self.headers.get("Content-Length", "0") or "0")
+        return self.rfile.read(n) if n else b""
+
+    def _serve(self):
+        body = self._body() if self.command not in ("GET", "HEAD") or \
+            self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding") else b""
+        rec = {"method": self.command, "path": self.path,
+               "headers": {k.lower(): v for k, v in self.headers.items()},
+               "body_len": len(body), "sha256": hashlib.sha256(body).hexdigest(),
+               "conn": id(self.connection)}
+        self.server.origin.record(rec)
+        if self.path.startswith("/big/"):
+            n = int(self.path.split("/")[2])
+            chunk = b"z" * 65536
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            if self.command != "HEAD":
+                sent = 0
+                while sent < n:
+                    part = chunk[:min(len(chunk), n - sent)]
+                    self.wfile.write(part)
+                    sent += len(part)
+            return
+        out = json.dumps({"origin": self.server.origin.name, "method": self.command,
+                          "path": self.path, "body_len": len(body),
+                          "sha256": rec["sha256"]}).encode() + b"\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _serve
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def get_request(self):
+        c, addr = self.socket.accept()
+        # The handshake runs in the handler's thread (first read), never in the accept loop.
+        return self.ctx.wrap_socket(c, server_side=True, do_handshake_on_connect=True,
+                                    suppress_ragged_eofs=True), addr
+
+    def handle_error(self, request, client_address):
+        pass
+
+
+class InspectOrigin:
+    """A keep-alive HTTPS origin on 127.0.0.1 with the given certificate; records every
+    request (method, path, headers, body length and hash)."""
+
+    def __init__(self, name, cert, key):
+        self.name = name
+        self.lock = threading.Lock()
+        self.requests = []
+        self.server = _Server((H.LOOPBACK, 0), _Handler, bind_and_activate=True)
+        self.server.origin = self
+        self.server.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.server.ctx.load_cert_chain(cert, key)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def record(self, rec):
+        with self.lock:
+            self.requests.append(rec)
+
+    def matching(self, marker):
+        with self.lock:
+            return [r for r in self.requests if marker in r["path"]]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def setUpModule():
+    global DNS, PKI, CA_DIR
+    PKI = TestPKI()
+    certs = {
+        "api.test": PKI.leaf("api", "api.test"),
+        "expired.test": PKI.leaf("expired", "expired.test", days="-1"),
+        "self.test": PKI.leaf("self", "self.test", self_signed=True),
+        "wrong.test": PKI.leaf("wrong", "other.test"),  # names another host
+    }
+    for name, (cert, key) in certs.items():
+        ORIGINS[name] = InspectOrigin(name, cert, key)
+    DNS = H.FakeDNS({name: {"A": ["127.0.0.1"]} for name in list(certs) + ["plain.test"]})
+    CA_DIR = H.TempDir("cordon-it-ca-")
+
+
+def tearDownModule():
+    for o in list(ORIGINS.values()) + [DNS]:
+        if o is not None:
+            o.stop()
+    for d in (PKI.dir if PKI else None, CA_DIR):
+        if d is not None:
+            d.cleanup()
+
+
+def cordon_ca_dir():
+    """cordon's CA, made once by `cordon ca init`."""
+    d = CA_DIR.join("ca")
+    if not os.path.exists(os.path.join(d, "ca.pem")):
+        p = subprocess.run([H.CORDON_BIN, "ca", "init", d], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        assert p.returncode == 0, p.stderr
+    return d
+
+
+def inspect_yaml(ca_dir, upstream_ca=None):
+    return ("inspect:\n"
+            f"  ca: {{ cert: {ca_dir}/ca.pem, key: {ca_dir}/ca.key }}\n"
+            f"  upstream_ca: {upstream_ca or PKI.ca_cert}\n"
+            "  leaf_ttl: 24h\n")
+
+
+def jobs_yaml():
+    res = 'resolves_to: [127.0.0.0/8]'
+    api = ORIGINS["api.test"].port
+    return (
+        "  coder:\n"
+        "    task: call one API over HTTPS, a few endpoints only\n"
+        "    egress:\n"
+        "      - host: api.test\n"
+        f"        ports: [{api}]\n"
+        "        protocol: https\n"
+        f"        {res}\n"
+        "        http:\n"
+        "          - { methods: [POST], paths: [/v1/chat/completions, /v1/upload] }\n"
+        "          - { methods: [GET, HEAD], paths: [\"/v1/models/**\", \"/big/*\"] }\n"
+        + "".join(f"      - {{ host: {n}, ports: [{ORIGINS[n].port}], protocol: https, {res} }}\n"
+                  for n in ("expired.test", "self.test", "wrong.test")) +
+        "    identity: { ttl: 30m }\n"
+        "  watcher:\n"
+        "    task: the same API, reported\n"
+        "    mode: report\n"
+        "    egress:\n"
+        f"      - {{ host: api.test, ports: [{api}], protocol: https, {res},\n"
+        "          http: [{ methods: [GET], paths: [\"/v1/**\"] }] }\n"
+        "    identity: { ttl: 30m }\n")
+
+
+class InspectTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ca = cordon_ca_dir()
+        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(cls.ca)).start()
+        cls.s = cls.cordon.create_session("coder")
+        cls.w = cls.cordon.create_session("watcher")
+        cls.api = ORIGINS["api.test"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cordon.stop()
+        cls.cordon.cleanup()
+
+    def setUp(self):
+        self.conns = []
+
+    def tearDown(self):
+        for c in self.conns:
+            c.close()
+
+    # helpers --------------------------------------------------------------------------
+
+    def client_ctx(self, alpn=None):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.ca, "ca.pem"))
+        if alpn:
+            ctx.set_alpn_protocols(alpn)
+        return ctx
+
+    def tls(self, host, session=None, sni=None, alpn=None):
+        """CONNECT host:port, then TLS with cordon's leaf (trusting only cordon's CA);
+        returns the ProxyConn whose socket is now the TLS one."""
+        port = ORIGINS[host].port if host in ORIGINS else 443
+        c, r = self.cordon.tunnel(session or self.s, f"{host}:{port}")
+        self.conns.append(c)
+        self.assertEqual(r.status, 200, r.raw_head)
+        c.sock = self.client_ctx(alpn).wrap_socket(c.sock, server_hostname=sni or host)
+        return c
+
+    def request(self, c, method, path, host="api.test", body=b"", headers=()):
+        port = ORIGINS[host].port
+        head = f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        for k, v in headers:
+            head += f"{k}: {v}\r\n"
+        if body or method in ("POST", "PUT"):
+            head += f"Content-Length: {len(body)}\r\n"
+        c.send(head.encode() + b"\r\n" + body)
+        return c.read_response(10, method=method)
+
+    def events(self, kind, pred=lambda e: True, want=1, timeout=5):
+        got = []
+
+        def ready():
+            got[:] = [e for e in self.cordon.audit_events() if e["event"] == kind and pred(e)]
+            return len(got) >= want
+        H.wait_until(ready, timeout)
+        return got
+
+    def curl(self, url, *extra, session=None):
+        return H.run_curl(["-sS", "--cacert", os.path.join(self.ca, "ca.pem"),
+                           "-x", self.cordon.proxy_url(session or self.s),
+                           "--resolve", f"{url.split('/')[2]}:127.0.0.1", *extra, url])
+
+    # the allowed path ---------------------------------------------------------------
+
+    def test_curl_gets_through_with_cordons_ca_and_the_origin_sees_the_request(self):
+        m = uuid.uuid4().hex[:8]
+        url = f"https://api.test:{self.api.port}/v1/models/{m}?key=hunter2&x=1"
+        p = self.curl(url, "-w", "\n%{http_code} %{http_version}")
+        out = p.stdout.decode()
+        self.assertTrue(out.endswith("200 1.1"), (out, p.stderr))
+        self.assertEqual(json.loads(out.split("\n")[0])["path"], f"/v1/models/{m}?key=hunter2&x=1")
+        self.assertEqual(len(self.api.matching(m)), 1)
+        # The record: method, path with every query value hidden, status, bytes, rule's job.
+        ev = self.events("http.request", lambda e: m in e.get("path", ""))[0]
+        self.assertEqual(ev["method"], "GET")
+        self.assertEqual(ev["path"], f"/v1/models/{m}?key=REDACTED&x=REDACTED")
+        self.assertEqual(ev["status"], 200)
+        self.assertEqual(ev["job"], "coder")
+        self.assertEqual(ev["session"], self.s["id"])
+        self.assertGreater(ev["bytes_down"], 0)
+        self.assertNotIn("hunter2", self.cordon.audit_raw().decode())
+
+    def test_the_leaf_is_minted_for_the_name_and_chains_to_cordons_ca(self):
+        c = self.tls("api.test")
+        cert = c.sock.getpeercert()
+        self.assertIn(("DNS", "api.test"), cert["subjectAltName"])
+        self.assertEqual(c.sock.selected_alpn_protocol(), None)  # none was offered
+        c2 = self.tls("api.test", alpn=["h2", "http/1.1"])
+        self.assertEqual(c2.sock.selected_alpn_protocol(), "http/1.1")
+
+    def test_keep_alive_requests_each_decided_and_recorded(self):
+        m = uuid.uuid4().hex[:8]
+        c = self.tls("api.test")
+        for i in range(5):
+            r = self.request(c, "GET", f"/v1/models/{m}/{i}")
+            self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(len(self.api.matching(m)), 5)
+        # One upstream connection carried them all.
+        self.assertEqual(len({rec["conn"] for rec in self.api.matching(m)}), 1)
+        self.assertEqual(len(self.events("http.request", lambda e: m in e.get("path", ""),
+                                         want=5)), 5)
+        r = self.request(c, "HEAD", f"/v1/models/{m}/head")
+        self.assertEqual(r.status, 200)
+
+    def test_bodies_stream_both_ways_content_length_and_chunked(self):
+        m = uuid.uuid4().hex[:8]
+        body = os.urandom(3 * 1024 * 1024 + 17)
+        c = self.tls("api.test")
+        r = self.request(c, "POST", f"/v1/upload?m={m}", body=body)
+        self.assertEqual(r.status, 200, r.body[:200])
+        self.assertEqual(r.json()["sha256"], hashlib.sha256(body).hexdigest())
+        # chunked, from curl reading stdin
+        p = subprocess.run(
+            ["curl", "-q", "--noproxy", "", "-sS", "--cacert", os.path.join(self.ca, "ca.pem"),
+             "-x", self.cordon.proxy_url(self.s), "-H", "Transfer-Encoding: chunked",
+             "--data-binary", "@-", f"https://api.test:{self.api.port}/v1/upload?c={m}"],
+            input=body, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(json.loads(p.stdout)["sha256"], hashlib.sha256(body).hexdigest(),
+                         p.stderr)
+        # a large response
+        r = self.request(c, "GET", f"/big/{8 * 1024 * 1024}")
+        self.assertEqual(len(r.body), 8 * 1024 * 1024)
+
+    def test_debian_python_requests_and_httpx_work_unmodified(self):
+        m = uuid.uuid4().hex[:8]
+        url = f"https://api.test:{self.api.port}/v1/models/{m}"
+        script = (
+            "import inspect, sys, requests, httpx\n"
+            "proxy, url, ca = sys.argv[1:4]\n"
+            "r = requests.get(url + '/requests', proxies={'https': proxy}, verify=ca, timeout=20)\n"
+            "print(r.status_code)\n"
+            "# httpx 0.23 (Debian 12) takes proxies=, later versions proxy=\n"
+            "kw = {'proxy': proxy} if 'proxy' in inspect.signature(httpx.Client).parameters \\\n"
+            "    else {'proxies': proxy}\n"
+            "with httpx.Client(verify=ca, timeout=20, **kw) as c:\n"
+            "    print(c.get(url + '/httpx').status_code)\n")
+        p = subprocess.run([DEBIAN_PYTHON, "-c", script, self.cordon.proxy_url(self.s), url,
+                            os.path.join(self.ca, "ca.pem")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "NO_PROXY": ""})
+        self.assertEqual(p.stdout.decode().split(), ["200", "200"], p.stderr.decode()[-2000:])
+        self.assertEqual(sorted(r["path"].rsplit("/", 1)[1] for r in self.api.matching(m)),
+                         ["httpx", "requests"])
+
+    # what is refused inside the tunnel ---------------------------------------------
+
+    def test_a_request_no_rule_allows_is_denied_inside_tls_and_never_forwarded(self):
+        m = uuid.uuid4().hex[:8]
+        for method, path in (("DELETE", f"/v1/models/{m}"), ("GET", f"/admin/{m}"),
+                             ("POST", f"/v1/models/{m}")):
+            c = self.tls("api.test")
+            r = self.request(c, method, path, body=b"{}" if method == "POST" else b"")
+            self.assertEqual(r.status, 403, (method, path, r.body))
+            self.assertEqual(r.header("X-Cordon-Deny"), "http_rule")
+            self.assertEqual(r.json()["reason"], "http_rule")
+            self.assertTrue(c.wait_closed(5)[0])
+        self.assertEqual(self.api.matching(m), [])
+        evs = self.events("http.request", lambda e: m in e.get("path", ""), want=3)
+        self.assertEqual({e["reason"] for e in evs}, {"http_rule"})
+        self.assertEqual({e["status"] for e in evs}, {403})
+
+    def test_path_tricks_are_refused_before_any_rule_sees_them(self):
+        m = uuid.uuid4().hex[:8]
+        for path in (f"/v1/models/../../admin/{m}", f"/v1/models%2f..%2fadmin/{m}",
+                     f"/v1/models/%2e%2e/%2e%2e/admin/{m}", f"/v1/models/x/..;/{m}"):
+            c = self.tls("api.test")
+            r = self.request(c, "GET", path)
+            self.assertIn(r.status, (400, 403), (path, r.body))
+        self.assertEqual(self.api.matching(m), [])
+        # '//' collapses: what is matched is what the origin reads.
+        c = self.tls("api.test")
+        r = self.request(c, "GET", f"//v1//models/{m}")
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual([x["path"] for x in self.api.matching(m)], [f"/v1/models/{m}"])
+
+    def test_smuggling_and_host_tricks_are_refused(self):
+        m = uuid.uuid4().hex[:8]
+        cases = [
+            f"POST /v1/upload?{m} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n"
+            "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            f"POST /v1/upload?{m} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n"
+            "Content-Length: 4\r\nContent-Length: 5\r\n\r\nabcd",
+            f"GET /v1/models/{m} HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+            f"GET /v1/models/{m} HTTP/1.1\r\n\r\n",
+            f"GET https://evil.test/v1/models/{m} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n\r\n",
+            f"GET /v1/models/{m} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n folded: x\r\n\r\n",
+            f"GET /v1/models/{m} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n"
+            "Content-Length: 5\r\n\r\nGET /",  # a body on GET where rules restrict paths
+        ]
+        for raw in cases:
+            c = self.tls("api.test")
+            c.send(raw.encode())
+            r = c.read_response(10)
+            self.assertEqual(r.status, 400, (raw, r.body))
+            self.assertEqual(r.header("X-Cordon-Deny"), "bad_request")
+        self.assertEqual(self.api.matching(m), [])
+
+    def test_report_mode_lets_through_with_would_deny(self):
+        m = uuid.uuid4().hex[:8]
+        c = self.tls("api.test", session=self.w)
+        r = self.request(c, "GET", f"/other/{m}")
+        self.assertEqual(r.status, 200, r.body)
+        ev = self.events("http.request", lambda e: m in e.get("path", ""))[0]
+        self.assertEqual(ev["would_deny"], "http_rule")
+        # never a refused path
+        c = self.tls("api.test", session=self.w)
+        r = self.request(c, "GET", f"/v1/%2e%2e/{m}")
+        self.assertEqual(r.status, 400)
+
+    # the TLS on each side ------------------------------------------------------------
+
+    def test_an_upstream_that_does_not_verify_is_refused_with_upstream_tls(self):
+        for host, why in (("expired.test", "expired"), ("self.test", "self-signed"),
+                          ("wrong.test", "mismatch")):
+            before = len(ORIGINS[host].requests)
+            c = self.tls(host)
+            r = c.read_response(10)
+            self.assertEqual(r.status, 502, (host, r.body))
+            self.assertEqual(r.header("X-Cordon-Deny"), "upstream_tls")
+            self.assertIn(why, r.json()["message"].lower(), host)
+            self.assertEqual(len(ORIGINS[host].requests), before, host)
+        evs = self.events("http.request", lambda e: e.get("reason") == "upstream_tls", want=3)
+        self.assertGreaterEqual(len(evs), 3)
+
+    def test_h2_only_alpn_fails_the_handshake_with_a_clear_reason(self):
+        port = self.api.port
+        c, r = self.cordon.tunnel(self.s, f"api.test:{port}")
+        self.conns.append(c)
+        self.assertEqual(r.status, 200)
+        with self.assertRaises(ssl.SSLError) as cm:
+            self.client_ctx(["h2"]).wrap_socket(c.sock, server_hostname="api.test")
+        self.assertIn("ALERT", str(cm.exception).upper())
+        ev = self.events("conn.close", lambda e: e.get("reason") == "alpn")
+        self.assertTrue(ev)
+
+    def test_a_client_hello_for_another_name_is_refused(self):
+        c, r = self.cordon.tunnel(self.s, f"api.test:{self.api.port}")
+        self.conns.append(c)
+        self.assertEqual(r.status, 200)
+        ctx = ssl.create_default_context(cafile=os.path.join(self.ca, "ca.pem"))
+        ctx.check_hostname = False
+        with self.assertRaises((ssl.SSLError, OSError)):
+            ctx.wrap_socket(c.sock, server_hostname="evil.test")
+        self.assertTrue(self.events("conn.close", lambda e: e.get("reason") == "sni_mismatch"))
+
+    # trust and operations ------------------------------------------------------------
+
+    def test_the_ca_certificate_is_served_to_sandboxes(self):
+        with open(os.path.join(self.ca, "ca.pem")) as f:
+            pem = f.read()
+        status, hdrs, body = self.cordon.admin_raw("GET", "/v1/ca.pem")
+        self.assertEqual(status, 200)
+        self.assertEqual(body.decode(), pem)
+        self.assertIn("pem", hdrs["content-type"])
+        # and on the reserved name, through the proxy, to a session
+        c = self.cordon.conn()
+        self.conns.append(c)
+        c.send(("GET http://cordon.events/ca.pem HTTP/1.1\r\nHost: cordon.events\r\n"
+                f"Proxy-Authorization: {H.basic(self.s['id'], self.s['token'])}\r\n\r\n").encode())
+        r = c.read_response(10)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.body.decode(), pem)
+        self.assertNotIn("PRIVATE", r.body.decode())
+
+    def test_metrics_count_inspected_requests(self):
+        m = uuid.uuid4().hex[:8]
+        c = self.tls("api.test")
+        self.assertEqual(self.request(c, "GET", f"/v1/models/{m}").status, 200)
+        status, _, body = self.cordon.admin_raw("GET", "/metrics")
+        text = body.decode()
+        line = [x for x in text.splitlines()
+                if x.startswith('cordon_http_requests_total{') and 'job="coder"' in x
+                and 'decision="allowed"' in x]
+        self.assertTrue(line and float(line[0].split()[-1]) >= 1, text[-3000:])
+        self.assertIn('reason="upstream_tls"', text)
+
+    def test_network_kill_cuts_inspected_tunnels(self):
+        c = self.tls("api.test")
+        self.assertEqual(self.request(c, "GET", "/v1/models/before-kill").status, 200)
+        status, js = self.cordon.admin("POST", "/v1/kill", {"reason": "test"})
+        try:
+            self.assertIn(status, (200, 202), js)
+            closed, _ = c.wait_closed(5)
+            self.assertTrue(closed)
+        finally:
+            self.cordon.admin("POST", "/v1/revive", {"reason": "test"})
+
+
+class CaInitAndPolicyTests(unittest.TestCase):
+    def test_ca_init_writes_a_p256_ca_and_a_private_key_and_never_overwrites(self):
+        d = CA_DIR.join("fresh-" + uuid.uuid4().hex[:6])
+        p = subprocess.run([H.CORDON_BIN, "ca", "init", d], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = p.stdout.decode()
+        self.assertIn("inspect:", out)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, "ca.key")).st_mode), 0o600)
+        text = subprocess.run(["openssl", "x509", "-in", os.path.join(d, "ca.pem"), "-noout",
+                               "-text"], stdout=subprocess.PIPE, check=True).stdout.decode()
+        self.assertIn("CA:TRUE", text)
+        self.assertIn("prime256v1", text)
+        self.assertIn("Certificate Sign", text)
+        with open(os.path.join(d, "ca.key")) as f:
+            key = f.read()
+        self.assertNotIn(key.strip().splitlines()[1], out)  # the key is never printed
+        p2 = subprocess.run([H.CORDON_BIN, "ca", "init", d], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, timeout=30)
+        self.assertEqual(p2.returncode, 1)
+        self.assertIn("not overwritten", p2.stderr.decode())
+        with open(os.path.join(d, "ca.key")) as f:
+            self.assertEqual(f.read(), key)
+
+    def test_ca_usage_errors(self):
+        for args, code in ((["ca"], 2), (["ca", "init"], 2), (["ca", "frob"], 2),
+                           (["ca", "init", "x", "--days", "0"], 2), (["ca", "--help"], 0)):
+            p = subprocess.run([H.CORDON_BIN, *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=30)
+            self.assertEqual(p.returncode, code, (args, p.stderr))
+
+    def check(self, text):
+        tmp = H.TempDir()
+        try:
+            path = tmp.join("p.yaml")
+            with open(path, "w") as f:
+                f.write(text)
+            return subprocess.run([H.CORDON_BIN, "check-config", path], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, timeout=30)
+        finally:
+            tmp.cleanup()
+
+    def test_an_https_rule_without_inspect_is_refused(self):
+        p = self.check("listen: { proxy: 127.0.0.1:0 }\njobs:\n  a:\n    task: t\n    egress:\n"
+                       "      - { host: api.test, ports: [443], protocol: https }\n")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("needs the 'inspect' section", p.stderr.decode() + p.stdout.decode())
+
+    def test_serve_refuses_to_start_on_a_ca_it_cannot_load(self):
+        d = cordon_ca_dir()
+        bad = H.TempDir()
+        try:
+            with open(bad.join("ca.key"), "w") as f:
+                f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+            c = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=(
+                "inspect:\n"
+                f"  ca: {{ cert: {d}/ca.pem, key: {bad.join('ca.key')} }}\n"))
+            with self.assertRaises(H.CordonError) as cm:
+                c.start()
+            self.assertIn("inspect.ca", str(cm.exception))
+            self.assertNotIn("not a key", str(cm.exception))
+            c.cleanup()
+        finally:
+            bad.cleanup()
+
+    def test_reload_with_an_unreadable_ca_keeps_the_running_policy(self):
+        d = CA_DIR.join("reload-" + uuid.uuid4().hex[:6])
+        subprocess.run([H.CORDON_BIN, "ca", "init", d], check=True, stdout=subprocess.DEVNULL,
+                       timeout=30)
+        c = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(d)).start()
+        try:
+            os.rename(os.path.join(d, "ca.key"), os.path.join(d, "ca.key.gone"))
+            status, js = c.admin("POST", "/v1/reload", {})
+            self.assertNotEqual(status, 200, js)
+            os.rename(os.path.join(d, "ca.key.gone"), os.path.join(d, "ca.key"))
+            s = c.create_session("coder")
+            t, r = c.tunnel(s, f"api.test:{ORIGINS['api.test'].port}")
+            self.assertEqual(r.status, 200)
+            ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+            t.sock = ctx.wrap_socket(t.sock, server_hostname="api.test")
+            t.close()
+        finally:
+            c.stop()
+            c.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()
