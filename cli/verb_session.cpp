@@ -247,6 +247,18 @@ int session(args in) {
                   << "give the agent (both cases: curl reads only lower-case http_proxy):\n"
                   << set_upper << '\n'
                   << set_lower << '\n';
+        // The credential broker's placeholders: what the sandbox holds instead of the keys.
+        if (const auto* c = o.if_contains("credentials"); c != nullptr && c->is_object() &&
+                                                          !c->as_object().empty()) {
+            std::string set = "  export";
+            for (const auto& kv : c->as_object()) {
+                set += " " + std::string(kv.key()) + "=" + shell_quote(str(kv.value()));
+            }
+            std::cout << "\nand its credentials (placeholders: cordon puts the real keys in on "
+                         "the way to the hosts that take them; they work only through this "
+                         "session):\n"
+                      << set << '\n';
+        }
         return 0;
     }
     if (sub == "list") {

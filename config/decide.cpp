@@ -32,6 +32,9 @@ std::string_view to_string(deny_reason r) noexcept {
         "audit_unavailable",
         "http_rule",
         "upstream_tls",
+        "credential_misuse",
+        "credential_required",
+        "secret_leak",
     };
     const auto i = static_cast<std::size_t>(r);
     return i < names.size() ? names[i] : "unknown";

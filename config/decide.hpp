@@ -41,8 +41,12 @@ enum class deny_reason : std::uint8_t {
     http_rule,  ///< an http rule with request rules matches, but none of them this request
     // Decided by the daemon inside an inspected tunnel.
     upstream_tls,  ///< the upstream's certificate did not verify (chain, name, expiry)
+    // The credential broker's (docs/inspect.md "Credentials").
+    credential_misuse,    ///< a placeholder sent where no credential is injected, or another's
+    credential_required,  ///< a credentialed rule's request without the session's placeholder
+    secret_leak,          ///< a real secret's bytes in what the sandbox sends
 };
-inline constexpr std::size_t deny_reason_count = 21;
+inline constexpr std::size_t deny_reason_count = 24;
 std::string_view to_string(deny_reason r) noexcept;
 
 /// What the request asks the proxy to do.

@@ -44,7 +44,8 @@ void loader::load(const YAML::Node& root, policy& p) {
     }
     const auto keys = check_keys(
         root, "",
-        {"listen", "admin", "dns", "state", "audit", "alerts", "kill", "proxy", "inspect", "jobs"});
+        {"listen", "admin", "dns", "state", "audit", "alerts", "kill", "proxy", "inspect",
+         "secrets", "jobs"});
     // Jobs first: later sections refer to job names.
     if (const auto* n = find(keys, "jobs")) {
         load_jobs(*n, p);
@@ -88,8 +89,12 @@ void loader::load(const YAML::Node& root, policy& p) {
     if (const auto* n = find(keys, "inspect")) {
         load_inspect(*n, p);
     }
+    if (const auto* n = find(keys, "secrets")) {
+        load_secrets(*n, p);
+    }
     check_sources(p);
     check_inspect(p);
+    check_credentials(p);
 }
 
 }  // namespace detail
@@ -140,6 +145,29 @@ diagnostic whole_file(std::string_view file, std::string message) {
 }
 
 }  // namespace
+
+bool valid_credential_header(std::string_view s) noexcept {
+    if (s.empty() || s.size() > 64) {
+        return false;
+    }
+    std::string lower;
+    for (const char c : s) {
+        const bool tchar = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') ||
+                           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+        if (!tchar) {
+            return false;
+        }
+        lower.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+    }
+    for (const std::string_view no : {"host", "content-length", "transfer-encoding", "connection",
+                                      "keep-alive", "te", "trailer", "upgrade", "expect"}) {
+        if (lower == no) {
+            return false;
+        }
+    }
+    return !lower.starts_with("proxy-");
+}
 
 bool valid_http_method(std::string_view s) noexcept {
     return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {

@@ -50,6 +50,11 @@ bool valid_job_name(std::string_view s) noexcept;
 /// matching). CONNECT passes here; http rules refuse it separately.
 bool valid_http_method(std::string_view s) noexcept;
 
+/// True when `s` may carry an injected credential: a header name (1..64 token characters)
+/// that is not Host, Content-Length, Transfer-Encoding, Connection, Keep-Alive, TE, Trailer,
+/// Upgrade, Expect or a Proxy- field (case-insensitive).
+bool valid_credential_header(std::string_view s) noexcept;
+
 /// Loads and validates policy text. `file` names it in diagnostics.
 load_result load_policy(std::string_view text, std::string_view file);
 

@@ -538,4 +538,67 @@ void loader::load_inspect(const YAML::Node& n, policy& p) {
     }
 }
 
+// `secrets: { openai: { file: /etc/cordon/secrets/openai } }` or `{ env: NAME }`. The values
+// are read by the daemon (proxy/inspect/secrets), never here: a policy check reads no secret.
+void loader::load_secrets(const YAML::Node& n, policy& p) {
+    if (!expect_map(n, "secrets")) {
+        return;
+    }
+    for (const auto& entry : n) {
+        if (!entry.first.IsScalar()) {
+            error(entry.first, "secrets", "secret names are plain words");
+            continue;
+        }
+        const std::string name = entry.first.Scalar();
+        const std::string path = "secrets." + name;
+        if (!valid_job_name(name)) {
+            error(entry.first, path,
+                  "secret names are 1-64 characters of [A-Za-z0-9._-], starting with a letter "
+                  "or digit");
+            continue;
+        }
+        if (std::any_of(p.secrets.begin(), p.secrets.end(),
+                        [&name](const secret_spec& s) { return s.name == name; })) {
+            error(entry.first, path, "duplicate secret name");
+            continue;
+        }
+        if (!expect_map(entry.second, path)) {
+            continue;
+        }
+        const auto keys = check_keys(entry.second, path, {"file", "env"});
+        secret_spec s;
+        s.name = name;
+        s.pos = {entry.first.Mark().line + 1, entry.first.Mark().column + 1};
+        const auto* f = find(keys, "file");
+        const auto* e = find(keys, "env");
+        if ((f == nullptr) == (e == nullptr)) {
+            error(entry.second, path,
+                  "give exactly one of 'file' (an absolute path, mode 0600) or 'env' (a "
+                  "variable of cordon's own environment)");
+            continue;
+        }
+        if (f != nullptr) {
+            s.file = get_path(*f, path + ".file");
+            if (!s.file) {
+                continue;
+            }
+        } else {
+            s.env = get_string(*e, path + ".env");
+            if (!s.env) {
+                continue;
+            }
+            const bool word = !s.env->empty() && !(s.env->front() >= '0' && s.env->front() <= '9') &&
+                              std::all_of(s.env->begin(), s.env->end(), [](char c) {
+                                  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                         (c >= '0' && c <= '9') || c == '_';
+                              });
+            if (!word) {
+                error(*e, path + ".env", "'" + *s.env + "' is not a variable name");
+                continue;
+            }
+        }
+        p.secrets.push_back(std::move(s));
+    }
+}
+
 }  // namespace cordon::config::detail

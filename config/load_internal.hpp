@@ -40,6 +40,7 @@ private:
     void load_kill(const YAML::Node& n, kill_spec& out);
     void load_proxy(const YAML::Node& n, proxy_spec& out);
     void load_inspect(const YAML::Node& n, policy& p);
+    void load_secrets(const YAML::Node& n, policy& p);
 
     // The jobs (load_jobs.cpp).
     void load_jobs(const YAML::Node& n, policy& p);
@@ -50,6 +51,8 @@ private:
     void load_methods(const YAML::Node& n, const std::string& path, std::vector<std::string>& out);
     void load_http_rules(const YAML::Node& n, const std::string& path, std::vector<http_rule>& out);
     void load_resolves_to(const YAML::Node& n, const std::string& path, std::vector<cidr>& out);
+    void load_credential(const YAML::Node& n, const std::string& path, egress_rule& r);
+    void load_job_credentials(const YAML::Node& n, const std::string& path, job& j);
     // True (after the error) when `p` would open the unspecified range.
     bool refuse_unspecified(const YAML::Node& n, const std::string& path, const cidr& p);
     void load_limits(const YAML::Node& n, const std::string& path, job_limits& out);
@@ -59,6 +62,7 @@ private:
     void check_sources(const policy& p);
     // An https rule needs the `inspect` section (its CA); `at` is where to point otherwise.
     void check_inspect(const policy& p);
+    void check_credentials(const policy& p);
 };
 
 }  // namespace cordon::config::detail

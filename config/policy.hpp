@@ -39,6 +39,16 @@ enum class job_mode : std::uint8_t {
 };
 std::string_view to_string(job_mode m) noexcept;
 
+/// A credential cordon injects on an https rule (the credential broker, docs/inspect.md):
+/// the session's placeholder in `header` is replaced by the real value of `secret`, written
+/// as `prefix` + value + `suffix` (the policy's `format`, split at "{}").
+struct credential_spec {
+    std::string secret;  ///< a name of the policy's `secrets`
+    std::string header;  ///< e.g. Authorization
+    std::string prefix;  ///< e.g. "Bearer "
+    std::string suffix;
+};
+
 /// One egress rule of a job card: a host pattern or a CIDR, ports, protocol.
 struct egress_rule {
     std::optional<host_pattern> host;  ///< exactly one of host and net is set
@@ -50,6 +60,7 @@ struct egress_rule {
     /// set, the request's path is normalised (config/http_rules.hpp), matched, and sent so.
     std::vector<http_rule> http;
     std::vector<cidr> resolves_to;  ///< non-public ranges this host may resolve into
+    std::optional<credential_spec> credential;  ///< https only: the secret cordon injects
     source_pos pos;
 
     bool allows_port(std::uint16_t port) const noexcept;
@@ -100,6 +111,9 @@ struct job {
     /// Names of `env` marked `allow_long_lived: true`: passed even if the value looks like a
     /// long-lived key (`cordon run` refuses such values otherwise).
     std::vector<std::string> env_allow_long_lived;
+    /// Sandbox variable -> secret name: each session gets a placeholder per entry (in its
+    /// answer and `cordon run`'s environment); the real value never leaves cordon.
+    std::vector<std::pair<std::string, std::string>> credentials;
     source_pos pos;
 };
 
@@ -224,6 +238,15 @@ struct inspect_spec {
     std::uint32_t leaf_cache = 10'000;  ///< leaves kept (names), bounded LRU
 };
 
+/// A real credential, read by cordon only (docs/inspect.md "Credentials"): from a file or
+/// an environment variable of cordon's, again on every reload. Never logged.
+struct secret_spec {
+    std::string name;
+    std::optional<std::string> file;  ///< absolute path; exactly one of file and env is set
+    std::optional<std::string> env;
+    source_pos pos;
+};
+
 /// A whole validated policy file.
 struct policy {
     std::string source;  ///< file name it was loaded from, for messages
@@ -236,6 +259,7 @@ struct policy {
     kill_spec kill;
     proxy_spec proxy;
     std::optional<inspect_spec> inspect;  ///< unset: no https rule may exist
+    std::vector<secret_spec> secrets;     ///< names unique; need `inspect`
     std::vector<job> jobs;  ///< in file order; names unique
 
     const job* find_job(std::string_view name) const noexcept;

@@ -6,9 +6,11 @@
 
 #include "proxy/daemon.hpp"
 
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -498,10 +500,20 @@ int run_daemon(const daemon_options& opts) {
     // protocol: https rules are never carried without the CA that terminates them.
     std::shared_ptr<inspect::inspector> inspection;
     if (pol.inspect) {
-        inspection = inspect::inspector::load(*pol.inspect, error);
+        inspection = inspect::inspector::load(*pol.inspect, pol.secrets, error);
         if (!inspection) {
             std::cerr << "cordon: refusing to start: " << error << '\n';
             return 1;
+        }
+        // The CA key and the secrets are in this process's memory: no core dump of it, and
+        // no ptrace by another process of the same user.
+        if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+            std::cerr << "cordon: warning: prctl(PR_SET_DUMPABLE): " << std::strerror(errno)
+                      << '\n';
+        }
+        if (const auto* b = inspection->broker(); b != nullptr && !b->locked()) {
+            std::cerr << "cordon: warning: the secrets could not be locked in memory (mlock; "
+                         "raise RLIMIT_MEMLOCK): they stay out of core dumps and are wiped\n";
         }
     }
     for (const auto& j : pol.jobs) {

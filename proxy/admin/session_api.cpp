@@ -6,6 +6,7 @@
 #include "config/units.hpp"
 #include "proxy/admin/handlers.hpp"
 #include "proxy/control/tokens.hpp"
+#include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::admin {
 namespace {
@@ -160,7 +161,23 @@ reply admin_handlers::create_session(const request& req) {
                             .add("by", "admin:" + client_)
                             .add("expires_at", iso(m.expires_at))));
     audit_mint(m, job_name);
-    return {http::status::created, minted_json(m, true)};
+    json::object out = minted_json(m, true);
+    // The credential broker: a placeholder per sandbox variable, bound to this session; the
+    // real values never leave cordon (docs/inspect.md "Credentials").
+    if (!j->credentials.empty()) {
+        const auto insp = rt_.inspection();
+        const inspect::credential_broker* b = insp ? insp->broker() : nullptr;
+        if (b == nullptr) {
+            return error(http::status::service_unavailable,
+                         "the job's credentials need the credential broker, which is not loaded");
+        }
+        json::object creds;
+        for (const auto& [var, secret] : j->credentials) {
+            creds[var] = b->placeholder(m.session_id, var);
+        }
+        out["credentials"] = std::move(creds);
+    }
+    return {http::status::created, std::move(out)};
 }
 
 reply admin_handlers::add_token(const request& req, const std::string& id) {

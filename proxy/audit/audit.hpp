@@ -51,6 +51,10 @@ public:
     audit_record& add(std::string_view key, double value);  ///< NaN and infinities add null
     audit_record& add(std::string_view key, bool value);
     audit_record& add_null(std::string_view key);
+    /// A field whose name looks secret but whose value only names a secret (the credential
+    /// broker's `credential`: the secret's name in the policy, never its value): kept, though
+    /// still run through redact_text().
+    audit_record& add_name_of_secret(std::string_view key, std::string_view name);
 
     /// Other integer types (int, unsigned, long long, ...) go to the 64-bit overloads, so
     /// `add("port", 443)` is not ambiguous.

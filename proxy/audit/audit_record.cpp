@@ -231,6 +231,17 @@ audit_record& audit_record::add(std::string_view key, std::string_view value) {
     return end_field(at);
 }
 
+audit_record& audit_record::add_name_of_secret(std::string_view key, std::string_view name) {
+    const std::size_t at = begin_field(key);
+    if (at == std::string::npos) {
+        return *this;
+    }
+    std::string clean = redact_text(name);
+    truncate_value(clean, max_string_bytes);
+    common::append_json_string(body_, clean);
+    return end_field(at);
+}
+
 audit_record& audit_record::add(std::string_view key, const char* value) {
     if (value == nullptr) {
         return add_null(key);

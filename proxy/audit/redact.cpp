@@ -284,6 +284,20 @@ maybe_match match_sk(std::string_view s, std::size_t i) {
     return match{0, end};
 }
 
+// The credential broker's placeholders (proxy/inspect/secrets.hpp): "cordon-ph-" and 40 hex
+// digits. Bound to one session and worthless outside it, but never written all the same.
+maybe_match match_placeholder(std::string_view s, std::size_t i) {
+    constexpr std::string_view prefix = "cordon-ph-";
+    if (continues(s, i, is_alnum) || s.compare(i, prefix.size(), prefix) != 0) {
+        return std::nullopt;
+    }
+    const std::size_t end = run_end(s, i + prefix.size(), is_lower_hex);
+    if (end - (i + prefix.size()) < 16) {
+        return std::nullopt;
+    }
+    return match{0, end};
+}
+
 maybe_match match_bearer(std::string_view s, std::size_t i) {
     if (continues(s, i, is_alnum) || !starts_with_nocase(s, i, "bearer")) {
         return std::nullopt;
@@ -424,6 +438,8 @@ maybe_match match_at(std::string_view s, std::size_t i) {
         m = match_github(s, i);
     } else if (c == 'x') {
         m = match_slack(s, i);
+    } else if (c == 'c') {
+        m = match_placeholder(s, i);
     } else if (c == 's') {
         m = match_sk(s, i);
     } else if (c == ':') {

@@ -66,6 +66,7 @@ std::string redact_header_value(std::string_view header_name, std::string_view v
 /// - PEM private keys: from "-----BEGIN ...PRIVATE KEY-----" through the matching
 ///   "-----END ...-----" line, or to the end of the text when the END line is missing;
 /// - cordon's own proxy tokens: exactly 64 lower-case hex digits standing alone;
+/// - cordon's credential placeholders: "cordon-ph-" + at least 16 lower-case hex digits;
 /// - "Bearer <at least 8 token68 chars>" (any case): the credentials;
 /// - userinfo in URLs ("scheme://user:pass@"): becomes "scheme://REDACTED@";
 /// - name=value and name: value pairs (also quoted, as in JSON or escaped JSON) whose name

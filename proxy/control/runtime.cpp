@@ -131,7 +131,7 @@ awaitable<std::string> runtime::reload(const std::string& by,
     std::shared_ptr<inspect::inspector> inspection;
     if (r.value->inspect) {
         std::string error;
-        inspection = inspect::inspector::load(*r.value->inspect, error);
+        inspection = inspect::inspector::load(*r.value->inspect, r.value->secrets, error);
         if (!inspection) {
             ++reloads_failed;
             stats.count_config_reload(false);

@@ -137,6 +137,7 @@ private:
         std::uint64_t bytes_up = 0;
         std::uint64_t bytes_down = 0;
         std::string_view message;
+        std::string_view credential;  ///< the injected secret's name
     };
     void write_http_request(const http_note& n);
     awaitable<void> refuse_inspected(tls_stream& cs, request_state& st, int status,

@@ -328,6 +328,20 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
         co_await deny(st, 400, deny_reason::bad_request, why);
         co_return false;
     }
+    // The credential broker's placeholders are injected only inside inspected tunnels: one
+    // in a plain request's head is misuse (the body is not scanned here: docs/inspect.md).
+    if (!policy->source().secrets.empty()) {
+        constexpr std::string_view ph = "cordon-ph-";
+        bool carries = t.origin_form.find(ph) != std::string::npos;
+        for (const auto& field : req.base()) {
+            carries = carries || std::string_view(field.value().data(), field.value().size())
+                                         .find(ph) != std::string_view::npos;
+        }
+        if (carries) {
+            co_await deny(st, 403, deny_reason::credential_misuse);
+            co_return false;
+        }
+    }
     const std::string sent_target = normalised ? np.origin_form() : std::string();
     const config::job& j = *policy->source().find_job(job);
     if (!co_await connect_forward(st)) {

@@ -16,6 +16,7 @@ struct field_filter {
     bool keep_upgrade = false;  ///< an upgrade: Upgrade stays (Connection is set by the caller)
     bool drop_host = false;     ///< the request: Host is written again from the URL
     bool drop_expect = false;   ///< the request: cordon answered Expect: 100-continue itself
+    bool drop_content_length = false;  ///< the response: re-framed (inspected, redacted)
 };
 
 /// True for the names that never cross a proxy (RFC 9110 7.6.1) and cordon's own:
@@ -117,7 +118,8 @@ void append_end_to_end_fields(std::string& out, Fields&& fields, const field_fil
         const bool upgrade = f.keep_upgrade && ascii_iequals(n, "upgrade");
         if (!upgrade) {
             if (hop_by_hop_name(n) || (f.drop_host && ascii_iequals(n, "host")) ||
-                (f.drop_expect && ascii_iequals(n, "expect"))) {
+                (f.drop_expect && ascii_iequals(n, "expect")) ||
+                (f.drop_content_length && ascii_iequals(n, "content-length"))) {
                 return;
             }
             if (!listed.empty() &&

@@ -18,6 +18,7 @@
 #include "config/http_rules.hpp"
 #include "config/mode.hpp"
 #include "proxy/data/client_conn_impl.hpp"
+#include "proxy/data/credentials.hpp"
 #include "proxy/data/http_head.hpp"
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/response_reader.hpp"
@@ -46,13 +47,16 @@ struct pump_result {
 // Forwards a message whose head `p` has parsed: `head`, then the body read through the
 // parser (framing enforced, chunking undone) one window at a time and written as it came
 // (re-chunked when `chunked`). Memory stays flat whatever the size. `accept`, when set, may
-// refuse a chunk before it is written (the upload budget). Each wait is bounded by `idle`.
+// refuse a chunk before it is written (the upload budget, the credential scans); `rewrite`,
+// when set, replaces what it is made for in the stream (the secret by the placeholder on the
+// way back; `scratch` holds its output). Each wait is bounded by `idle`.
 template <class From, class Parser, class To>
 awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat_buffer& fb,
                             Parser& p, http::buffer_body::value_type& body, To& to,
                             beast::tcp_stream& to_raw, std::string_view head, bool chunked,
                             std::chrono::milliseconds idle,
-                            const std::function<bool(std::size_t)>& accept, char* window) {
+                            const std::function<bool(std::string_view)>& accept, char* window,
+                            stream_replacer* rewrite, std::string& scratch) {
     pump_result r;
     chunked = chunked && !p.is_done();
     p.eager(true);
@@ -103,10 +107,20 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
             r.end = pump_end::read_error;
             break;
         }
-        const std::size_t got = body_window_size - body.size;
-        if (got > 0 && accept && !accept(got)) {
+        std::size_t got = body_window_size - body.size;
+        if (got > 0 && accept && !accept(std::string_view(window, got))) {
             r.end = pump_end::refused;
             break;
+        }
+        const char* data = window;
+        if (rewrite != nullptr) {
+            scratch.clear();
+            rewrite->feed(std::string_view(window, got), scratch);
+            if (p.is_done()) {
+                rewrite->finish(scratch);
+            }
+            data = scratch.data();
+            got = scratch.size();
         }
         char size_line[24];
         std::size_t size_len = 0;
@@ -120,7 +134,7 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
         static constexpr std::string_view crlf = "\r\n";
         static constexpr std::string_view last_chunk = "0\r\n\r\n";
         const std::array<net::const_buffer, 5> out = {
-            net::buffer(head), net::buffer(size_line, size_len), net::buffer(window, got),
+            net::buffer(head), net::buffer(size_line, size_len), net::buffer(data, got),
             net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
             net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
         if (net::buffer_size(out) > 0) {
@@ -146,11 +160,12 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
 awaitable<std::uint64_t> copy_stream(tls_stream& from, beast::tcp_stream& from_raw, tls_stream& to,
                                      beast::tcp_stream& to_raw, beast::flat_buffer& pending,
                                      std::chrono::milliseconds idle,
-                                     const std::function<bool(std::size_t)>& accept) {
+                                     const std::function<bool(std::string_view)>& accept) {
     std::uint64_t total = 0;
     std::array<char, 16 * 1024> buf{};
     if (pending.size() > 0) {
-        if (accept && !accept(pending.size())) {
+        if (accept && !accept(std::string_view(static_cast<const char*>(pending.data().data()),
+                                               pending.size()))) {
             co_return total;
         }
         to_raw.expires_after(idle);
@@ -169,7 +184,7 @@ awaitable<std::uint64_t> copy_stream(tls_stream& from, beast::tcp_stream& from_r
         if (ec || n == 0) {
             break;
         }
-        if (accept && !accept(n)) {
+        if (accept && !accept(std::string_view(buf.data(), n))) {
             break;
         }
         to_raw.expires_after(idle);
@@ -259,6 +274,21 @@ awaitable<void> client_conn::serve_inspected(
         co_return;
     }
     begin_tunnel(st);
+
+    // The credential broker's view of this tunnel: the session's placeholders and every real
+    // value the scans look for.
+    std::vector<session_placeholder> mine;
+    std::vector<secret_value> secrets;
+    if (const inspect::credential_broker* b = insp->broker()) {
+        if (!session.empty()) {
+            for (const auto& [var, secret] : j.credentials) {
+                mine.push_back(session_placeholder{secret, b->placeholder(session, var)});
+            }
+        }
+        b->for_each([&secrets](std::string_view name, std::string_view value) {
+            secrets.push_back(secret_value{name, value});
+        });
+    }
 
     // Requests, one at a time, keep-alive both sides.
     beast::flat_buffer cbuf(ps.max_header_bytes + 64 * 1024);
@@ -364,6 +394,21 @@ awaitable<void> client_conn::serve_inspected(
             reason = "budget";
             break;
         }
+        // The credential broker: the session's placeholder becomes the real secret in the
+        // header the rule names, and nothing else of the head may carry either.
+        const config::credential_spec* cred =
+            md.effective.rule != nullptr && md.effective.rule->credential
+                ? &*md.effective.rule->credential
+                : nullptr;
+        head_verdict hv;
+        if (cred != nullptr || !secrets.empty()) {
+            hv = judge_head(target, head_fields(head), cred, mine, secrets);
+            if (hv.reason != deny_reason::none) {
+                co_await refuse_inspected(cs, st, 403, hv.reason, req_method, audit_path, hv.why);
+                reason = config::to_string(hv.reason);
+                break;
+            }
+        }
         const bool upgrade = wants_upgrade(req.base());
         // Expect: 100-continue is answered by cordon (the request is allowed), and the
         // upstream never sees the expectation, as in plain forwarding.
@@ -409,26 +454,53 @@ awaitable<void> client_conn::serve_inspected(
             f.out_head.append("Connection: upgrade\r\n");
         }
         f.out_head.append("\r\n");
+        if (!hv.placeholder.empty()) {
+            replace_all(f.out_head, hv.placeholder, hv.secret_value);  // judged: exactly once
+        }
         const bool client_keep_alive = req.keep_alive();
 
-        const std::function<bool(std::size_t)> admit = [this, &j](std::size_t n) {
-            return quota_.admit_chunk(j.limits, n);
+        // What the body may not carry (placeholders, secrets), and the upload budget, per
+        // chunk before it goes upstream.
+        stream_scanner scan(secrets);
+        deny_reason body_refusal = deny_reason::none;
+        const std::function<bool(std::string_view)> admit = [&](std::string_view chunk) {
+            if (const deny_reason r = scan.feed(chunk); r != deny_reason::none) {
+                body_refusal = r;
+                return false;
+            }
+            if (!quota_.admit_chunk(j.limits, chunk.size())) {
+                body_refusal = deny_reason::budget;
+                return false;
+            }
+            return true;
         };
         // Named, never a temporary in a co_await expression: GCC 12 destroys those twice
         // (GCC PR 100611; see dialer.cpp). The same for every argument below.
-        const std::function<bool(std::size_t)> no_limit;
+        const std::function<bool(std::string_view)> no_limit;
+        std::string scratch;
         http::buffer_body::value_type& rbody = parser.get().body();
         const pump_result up = co_await pump(cs, client_, cbuf, parser, rbody, us, upstream_,
                                              f.out_head, parser.chunked(), ps.idle_timeout,
-                                             admit, f.window);
+                                             admit, f.window, nullptr, scratch);
         st.log.bytes_up += up.written;
         if (up.end != pump_end::done) {
-            http_note n{req_method, audit_path, up.end == pump_end::refused ? 403 : 0};
-            n.reason = up.end == pump_end::refused ? deny_reason::budget : deny_reason::none;
+            const bool refused = up.end == pump_end::refused;
+            if (refused && body_refusal != deny_reason::budget) {
+                // The upstream has part of a request it must never complete: cut it.
+                abort(upstream_.socket());
+                co_await refuse_inspected(cs, st, 403, body_refusal, req_method, audit_path,
+                                          body_refusal == deny_reason::secret_leak
+                                              ? "the request body carries a real credential"
+                                              : "a credential placeholder in the request body");
+                reason = config::to_string(body_refusal);
+                break;
+            }
+            http_note n{req_method, audit_path, refused ? 403 : 0};
+            n.reason = refused ? deny_reason::budget : deny_reason::none;
             n.bytes_up = up.written;
-            n.message = up.end == pump_end::refused ? "" : "request not forwarded whole";
+            n.message = refused ? "" : "request not forwarded whole";
             write_http_request(n);
-            reason = up.end == pump_end::refused ? "budget" : "error";
+            reason = refused ? "budget" : "error";
             break;
         }
 
@@ -484,11 +556,21 @@ awaitable<void> client_conn::serve_inspected(
             break;
         }
         const bool switching = upgrade && rp.status() == 101;
-        const bool keep = !switching && client_keep_alive && rp.keep_alive();
+        // A credentialed answer has the secret replaced by the placeholder, which changes
+        // its length: a body goes out chunked (HTTP/1.0 clients: delimited by the close).
+        const bool redact = !hv.placeholder.empty();
+        const bool rechunk = redact && !switching && !rp.is_done() && !rp.chunked();
+        const bool keep = !switching && client_keep_alive && rp.keep_alive() &&
+                          !(rechunk && req.version() < 11);
         std::string& out = f.out_head;
         out.clear();
         out.append(rp.status_line());
-        append_end_to_end_lines(out, rp.field_lines(), field_filter{switching, false, false});
+        field_filter rfilter{switching, false, false};
+        rfilter.drop_content_length = rechunk;
+        append_end_to_end_lines(out, rp.field_lines(), rfilter);
+        if (rechunk && req.version() >= 11) {
+            out.append("Transfer-Encoding: chunked\r\n");
+        }
         if (const std::string_view c = response_connection(rp.version(), keep, switching);
             !c.empty()) {
             out.append("Connection: ");
@@ -496,11 +578,18 @@ awaitable<void> client_conn::serve_inspected(
             out.append("\r\n");
         }
         out.append("\r\n");
-        const pump_result down = co_await pump(us, upstream_, ubuf, rp, rp.body, cs, client_, out,
-                                               rp.chunked(), ps.idle_timeout, no_limit, f.window);
+        if (redact) {
+            replace_all(out, hv.secret_value, hv.placeholder);
+        }
+        stream_replacer back(hv.secret_value, hv.placeholder);
+        const pump_result down = co_await pump(
+            us, upstream_, ubuf, rp, rp.body, cs, client_, out,
+            rp.chunked() || (rechunk && req.version() >= 11), ps.idle_timeout, no_limit,
+            f.window, redact ? &back : nullptr, scratch);
         st.log.bytes_down += down.written;
         http_note n{req_method, audit_path, static_cast<int>(rp.status())};
         n.would_deny = md.would_deny;
+        n.credential = hv.secret_name;
         n.bytes_up = up.written;
         n.bytes_down = down.written;
         n.message = down.end == pump_end::done ? "" : "response not forwarded whole";
@@ -512,9 +601,16 @@ awaitable<void> client_conn::serve_inspected(
         if (switching) {
             // A WebSocket: the two TLS streams relayed as they are, both ways.
             using namespace net::experimental::awaitable_operators;
+            // Frames cannot be rewritten: on a credentialed rule a secret coming back, or a
+            // placeholder or secret going out, ends the connection instead.
+            stream_scanner back_scan(secrets);
+            const std::function<bool(std::string_view)> down_check =
+                [&](std::string_view chunk) {
+                    return !redact || back_scan.feed(chunk) != deny_reason::secret_leak;
+                };
             auto both =
                 copy_stream(cs, client_, us, upstream_, cbuf, ps.idle_timeout, admit) &&
-                copy_stream(us, upstream_, cs, client_, ubuf, ps.idle_timeout, no_limit);
+                copy_stream(us, upstream_, cs, client_, ubuf, ps.idle_timeout, down_check);
             const auto [a, b] = co_await std::move(both);
             st.log.bytes_up += a;
             st.log.bytes_down += b;
@@ -560,6 +656,9 @@ void client_conn::write_http_request(const http_note& n) {
     }
     if (n.would_deny != deny_reason::none) {
         r.add("would_deny", config::to_string(n.would_deny));
+    }
+    if (!n.credential.empty()) {
+        r.add_name_of_secret("credential", n.credential);  // the name, never the value
     }
     r.add("bytes_up", n.bytes_up).add("bytes_down", n.bytes_down);
     if (!n.message.empty()) {

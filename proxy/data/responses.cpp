@@ -63,6 +63,13 @@ std::string_view explain(config::deny_reason r) {
             return "no request rule of this job card allows this method and path";
         case deny_reason::upstream_tls:
             return "the upstream's TLS certificate did not verify (chain, name or validity)";
+        case deny_reason::credential_misuse:
+            return "a credential placeholder was sent where cordon injects no credential";
+        case deny_reason::credential_required:
+            return "this host takes the credential cordon injects: send the session's "
+                   "placeholder";
+        case deny_reason::secret_leak:
+            return "the request carries a real credential that only cordon may send";
     }
     return "denied";
 }

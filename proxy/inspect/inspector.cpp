@@ -1,6 +1,7 @@
 #include "proxy/inspect/inspector.hpp"
 
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -126,7 +127,9 @@ inspector::~inspector() {
     SSL_CTX_free(upstream_ctx_);
 }
 
-std::shared_ptr<inspector> inspector::load(const config::inspect_spec& spec, std::string& error) {
+std::shared_ptr<inspector> inspector::load(const config::inspect_spec& spec,
+                                           const std::vector<config::secret_spec>& secrets,
+                                           std::string& error) {
     const auto cert = read_small_file(spec.ca_cert, max_pem_bytes, error);
     if (!cert) {
         error = "inspect.ca.cert: " + error;
@@ -156,6 +159,15 @@ std::shared_ptr<inspector> inspector::load(const config::inspect_spec& spec, std
         error = (error.starts_with("upstream_ca") ? "inspect." : "inspect.ca (" + spec.ca_cert +
                                                                      ", " + spec.ca_key + "): ") +
                 error;
+        return nullptr;
+    }
+    if (!secrets.empty()) {
+        std::string pk = placeholder_key_from(*key);
+        out->broker_ = credential_broker::load(secrets, pk, error);
+        OPENSSL_cleanse(pk.data(), pk.size());
+        if (!out->broker_) {
+            return nullptr;
+        }
     }
     return out;
 }

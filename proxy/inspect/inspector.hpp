@@ -13,6 +13,7 @@
 
 #include "config/policy.hpp"
 #include "proxy/inspect/leaf_cache.hpp"
+#include "proxy/inspect/secrets.hpp"
 
 using SSL = struct ssl_st;
 using SSL_CTX = struct ssl_ctx_st;
@@ -24,7 +25,11 @@ public:
     /// Reads the CA files and the upstream bundle named by `spec` and checks them (a CA key
     /// that is not the certificate's, an expired CA, an unreadable bundle: refused).
     /// nullptr with `error` set (naming the file, never quoting a key) otherwise.
-    static std::shared_ptr<inspector> load(const config::inspect_spec& spec, std::string& error);
+    /// With `secrets` (the policy's), also the credential broker: the values read, the
+    /// placeholders keyed from the CA key (secrets.hpp).
+    static std::shared_ptr<inspector> load(const config::inspect_spec& spec,
+                                           const std::vector<config::secret_spec>& secrets,
+                                           std::string& error);
     /// From PEM text (tests); `upstream_ca_pem` empty: the system's roots.
     static std::shared_ptr<inspector> from_pem(std::string_view ca_cert, std::string_view ca_key,
                                                std::string_view upstream_ca_pem,
@@ -53,6 +58,9 @@ public:
     /// The CA certificate as PEM: what sandboxes trust.
     const std::string& ca_pem() const noexcept { return ca_->pem(); }
     leaf_cache::stats leaf_stats() const { return leaves_.counters(); }
+    /// The credential broker, or nullptr when the policy has no secrets.
+    const credential_broker* broker() const noexcept { return broker_.get(); }
+    void set_broker(std::unique_ptr<credential_broker> b) { broker_ = std::move(b); }
 
 private:
     inspector(std::shared_ptr<const authority> ca, std::chrono::seconds ttl, std::size_t cache);
@@ -60,6 +68,7 @@ private:
     leaf_cache leaves_;
     SSL_CTX* server_ctx_ = nullptr;
     SSL_CTX* upstream_ctx_ = nullptr;
+    std::unique_ptr<credential_broker> broker_;
 };
 
 /// Reads a whole file of at most `max` bytes; nullopt with `error` set.

@@ -98,6 +98,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                "body_len": len(body), "sha256": hashlib.sha256(body).hexdigest(),
                "conn": id(self.connection)}
         self.server.origin.record(rec)
+        if self.path.startswith("/echo"):
+            # What the origin got as Authorization, in the body (past a 16 KiB window when
+            # asked: the value straddles two reads of the proxy) and in a header.
+            auth = self.headers.get("Authorization", "")
+            pad = b"p" * (16384 - 7) if self.path.startswith("/echo-big") else b""
+            out = pad + b'{"auth": "' + auth.encode() + b'"}\n'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Echo", auth)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
         if self.path.startswith("/big/"):
             n = int(self.path.split("/")[2])
             chunk = b"z" * 65536
@@ -175,6 +188,7 @@ def setUpModule():
         "expired.test": PKI.leaf("expired", "expired.test", days="-1"),
         "self.test": PKI.leaf("self", "self.test", self_signed=True),
         "wrong.test": PKI.leaf("wrong", "other.test"),  # names another host
+        "llm.test": PKI.leaf("llm", "llm.test"),  # the credentialed host
     }
     for name, (cert, key) in certs.items():
         ORIGINS[name] = InspectOrigin(name, cert, key)
@@ -201,11 +215,25 @@ def cordon_ca_dir():
     return d
 
 
+REAL_SECRET = "sk-test-REAL-" + uuid.uuid4().hex  # what only cordon and llm.test may see
+
+
+def secret_file():
+    path = CA_DIR.join("openai.secret")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(REAL_SECRET + "\n")
+    return path
+
+
 def inspect_yaml(ca_dir, upstream_ca=None):
     return ("inspect:\n"
             f"  ca: {{ cert: {ca_dir}/ca.pem, key: {ca_dir}/ca.key }}\n"
             f"  upstream_ca: {upstream_ca or PKI.ca_cert}\n"
-            "  leaf_ttl: 24h\n")
+            "  leaf_ttl: 24h\n"
+            "secrets:\n"
+            f"  openai: {{ file: {secret_file()} }}\n")
 
 
 def jobs_yaml():
@@ -224,6 +252,12 @@ def jobs_yaml():
         "          - { methods: [GET, HEAD], paths: [\"/v1/models/**\", \"/big/*\"] }\n"
         + "".join(f"      - {{ host: {n}, ports: [{ORIGINS[n].port}], protocol: https, {res} }}\n"
                   for n in ("expired.test", "self.test", "wrong.test")) +
+        "      - host: llm.test\n"
+        f"        ports: [{ORIGINS['llm.test'].port}]\n"
+        "        protocol: https\n"
+        f"        {res}\n"
+        "        credential: { secret: openai, header: Authorization, format: \"Bearer {}\" }\n"
+        "    credentials: { OPENAI_API_KEY: openai }\n"
         "    identity: { ttl: 30m }\n"
         "  watcher:\n"
         "    task: the same API, reported\n"
@@ -523,6 +557,164 @@ class InspectTests(unittest.TestCase):
             self.cordon.admin("POST", "/v1/revive", {"reason": "test"})
 
 
+class CredentialBrokerTests(unittest.TestCase):
+    """The sandbox holds a placeholder; cordon swaps in the real key on the way to the one
+    host whose rule names it, and nowhere else."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ca = cordon_ca_dir()
+        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(cls.ca)).start()
+        cls.s = cls.cordon.create_session("coder")
+        cls.ph = cls.s["credentials"]["OPENAI_API_KEY"]
+        cls.llm = ORIGINS["llm.test"]
+        cls.api = ORIGINS["api.test"]
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            raw = cls.cordon.audit_raw().decode()
+            assert REAL_SECRET not in raw, "the real secret is in the audit log"
+            assert cls.ph not in raw, "a placeholder is in the audit log"
+        finally:
+            cls.cordon.stop()
+            cls.cordon.cleanup()
+
+    def curl(self, host, path, *extra, session=None):
+        port = ORIGINS[host].port
+        return H.run_curl(["-sS", "--cacert", os.path.join(self.ca, "ca.pem"),
+                           "-x", self.cordon.proxy_url(session or self.s), "-D", "-", *extra,
+                           f"https://{host}:{port}{path}"])
+
+    def status_and_reason(self, p):
+        out = p.stdout.decode("latin-1")
+        # curl -D - prints the proxy's "200 Connection established" first: the last answer
+        last = out.rfind("\r\n\r\nHTTP/")
+        out = out[last + 4:] if last >= 0 else out
+        status = int(out.split(" ", 2)[1]) if out.startswith("HTTP/") else 0
+        reason = ""
+        for line in out.split("\r\n"):
+            if line.lower().startswith("x-cordon-deny:"):
+                reason = line.split(":", 1)[1].strip()
+        return status, reason, out
+
+    def test_the_session_gets_a_placeholder_never_the_secret(self):
+        self.assertTrue(self.ph.startswith("cordon-ph-"), self.s)
+        self.assertNotIn(REAL_SECRET, json.dumps(self.s))
+        other = self.cordon.create_session("coder")
+        self.assertNotEqual(other["credentials"]["OPENAI_API_KEY"], self.ph)
+        # the job card without credentials gets none
+        self.assertNotIn("credentials", self.cordon.create_session("watcher"))
+
+    def test_the_placeholder_becomes_the_real_key_on_the_credentialed_host_only(self):
+        m = uuid.uuid4().hex[:8]
+        p = self.curl("llm.test", f"/echo?{m}", "-H", f"Authorization: Bearer {self.ph}")
+        status, _, out = self.status_and_reason(p)
+        self.assertEqual(status, 200, out)
+        seen = self.llm.matching(m)
+        self.assertEqual(len(seen), 1)
+        self.assertEqual(seen[0]["headers"]["authorization"], f"Bearer {REAL_SECRET}")
+        # The echo comes back with the placeholder, in the body and the header.
+        self.assertNotIn(REAL_SECRET, out)
+        self.assertIn(f'"auth": "Bearer {self.ph}"', out)
+        self.assertIn(f"X-Echo: Bearer {self.ph}", out)
+        ev = [e for e in self.cordon.audit_events()
+              if e["event"] == "http.request" and m in e.get("path", "")]
+        H.wait_until(lambda: any(e["event"] == "http.request" and m in e.get("path", "")
+                                 for e in self.cordon.audit_events()), 5)
+        ev = [e for e in self.cordon.audit_events()
+              if e["event"] == "http.request" and m in e.get("path", "")]
+        self.assertEqual(ev[0]["credential"], "openai")
+
+    def test_a_secret_echoed_across_a_read_boundary_is_still_replaced(self):
+        m = uuid.uuid4().hex[:8]
+        p = self.curl("llm.test", f"/echo-big?{m}", "-H", f"Authorization: Bearer {self.ph}")
+        status, _, out = self.status_and_reason(p)
+        self.assertEqual(status, 200, out[:300])
+        self.assertNotIn(REAL_SECRET, out)
+        self.assertIn(f'"auth": "Bearer {self.ph}"', out)
+
+    def test_every_misuse_is_refused_and_nothing_reaches_the_origin(self):
+        m = uuid.uuid4().hex[:8]
+        theirs = self.cordon.create_session("coder")["credentials"]["OPENAI_API_KEY"]
+        cases = [
+            # the placeholder to another allowed host
+            ("api.test", f"/v1/models/{m}/1", ["-H", f"Authorization: Bearer {self.ph}"],
+             "credential_misuse"),
+            # in another header, on the right host
+            ("llm.test", f"/echo?{m}-2", ["-H", f"Authorization: Bearer {self.ph}",
+                                          "-H", f"X-Api-Key: {self.ph}"], "credential_misuse"),
+            # in the query
+            ("llm.test", f"/echo?{m}-3&key={self.ph}",
+             ["-H", f"Authorization: Bearer {self.ph}"], "credential_misuse"),
+            # in the body
+            ("llm.test", f"/echo?{m}-4", ["-H", f"Authorization: Bearer {self.ph}",
+                                          "--data-binary", f'{{"k": "{self.ph}"}}'],
+             "credential_misuse"),
+            # another session's placeholder
+            ("llm.test", f"/echo?{m}-5", ["-H", f"Authorization: Bearer {theirs}"],
+             "credential_misuse"),
+            # the client's own key on the credentialed host
+            ("llm.test", f"/echo?{m}-6", ["-H", "Authorization: Bearer sk-agent-own-key-1234"],
+             "credential_required"),
+            # no credential at all
+            ("llm.test", f"/echo?{m}-7", [], "credential_required"),
+            # the real secret itself, in a body to another host
+            ("api.test", f"/v1/upload?{m}-8", ["--data-binary", f"leak={REAL_SECRET}"],
+             "secret_leak"),
+        ]
+        for host, path, extra, want in cases:
+            p = self.curl(host, path, *extra)
+            status, reason, out = self.status_and_reason(p)
+            self.assertEqual((status, reason), (403, want), (host, path, out[:400]))
+        self.assertEqual(self.llm.matching(m), [])
+        self.assertEqual(self.api.matching(m), [])
+        counts = {}
+        H.wait_until(lambda: len([e for e in self.cordon.audit_events()
+                                  if e["event"] == "http.request" and m in e.get("path", "")])
+                     >= len(cases), 5)
+        for e in self.cordon.audit_events():
+            if e["event"] == "http.request" and m in e.get("path", ""):
+                counts[e["reason"]] = counts.get(e["reason"], 0) + 1
+        self.assertEqual(counts, {"credential_misuse": 5, "credential_required": 2,
+                                  "secret_leak": 1})
+
+    def test_a_placeholder_late_in_a_large_body_is_caught_before_it_goes_upstream(self):
+        m = uuid.uuid4().hex[:8]
+        body = b"x" * (200 * 1024) + self.ph.encode() + b"y" * 1000
+        c, r = self.cordon.tunnel(self.s, f"api.test:{self.api.port}")
+        self.assertEqual(r.status, 200)
+        ctx = ssl.create_default_context(cafile=os.path.join(self.ca, "ca.pem"))
+        c.sock = ctx.wrap_socket(c.sock, server_hostname="api.test")
+        c.send((f"POST /v1/upload?{m} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+        resp = c.read_response(10)
+        c.close()
+        self.assertEqual(resp.status, 403)
+        self.assertEqual(resp.header("X-Cordon-Deny"), "credential_misuse")
+        time.sleep(0.3)
+        # The origin never got a whole request, nor the placeholder: its connection was cut
+        # before the chunk that carries it.
+        for rec in self.api.matching(m):
+            self.assertLess(rec["body_len"], 200 * 1024 + len(self.ph))
+
+    def test_a_killed_session_makes_its_placeholder_worthless(self):
+        s = self.cordon.create_session("coder")
+        ph = s["credentials"]["OPENAI_API_KEY"]
+        p = self.curl("llm.test", "/echo?before-kill", "-H", f"Authorization: Bearer {ph}",
+                      session=s)
+        self.assertEqual(self.status_and_reason(p)[0], 200)
+        status, _ = self.cordon.admin("POST", f"/v1/sessions/{s['id']}/kill", {"reason": "test"})
+        self.assertEqual(status, 200)
+        p = self.curl("llm.test", "/echo?after-kill", "-H", f"Authorization: Bearer {ph}",
+                      session=s)
+        self.assertNotEqual(self.status_and_reason(p)[0], 200)
+        self.assertEqual(self.llm.matching("after-kill"), [])
+        # and with another session's credentials, the placeholder is another session's
+        p = self.curl("llm.test", "/echo?cross", "-H", f"Authorization: Bearer {ph}")
+        self.assertEqual(self.status_and_reason(p)[1], "credential_misuse")
+
+
 class CaInitAndPolicyTests(unittest.TestCase):
     def test_ca_init_writes_a_p256_ca_and_a_private_key_and_never_overwrites(self):
         d = CA_DIR.join("fresh-" + uuid.uuid4().hex[:6])
@@ -579,7 +771,8 @@ class CaInitAndPolicyTests(unittest.TestCase):
                 f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
             c = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=(
                 "inspect:\n"
-                f"  ca: {{ cert: {d}/ca.pem, key: {bad.join('ca.key')} }}\n"))
+                f"  ca: {{ cert: {d}/ca.pem, key: {bad.join('ca.key')} }}\n"
+                f"secrets:\n  openai: {{ file: {secret_file()} }}\n"))
             with self.assertRaises(H.CordonError) as cm:
                 c.start()
             self.assertIn("inspect.ca", str(cm.exception))

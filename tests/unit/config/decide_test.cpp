@@ -283,8 +283,9 @@ TEST_CASE("deny reasons have stable names", "[decide]") {
     CHECK(to_string(deny_reason::token_revoked) == "token_revoked");
     CHECK(to_string(deny_reason::session_ended) == "session_ended");
     CHECK(to_string(deny_reason::audit_unavailable) == "audit_unavailable");
-    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 2)) == "http_rule");
-    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "upstream_tls");
+    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 5)) == "http_rule");
+    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 4)) == "upstream_tls");
+    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "secret_leak");
 }
 
 TEST_CASE("compiled policy: job lookup and many rules", "[decide]") {

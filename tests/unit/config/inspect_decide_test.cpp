@@ -218,3 +218,56 @@ jobs:
     CHECK_THAT(all, Catch::Contains("egress[1]"));
     CHECK_THAT(all, !Catch::Contains("egress[3]"));
 }
+
+TEST_CASE("credentials: secrets, a rule's credential and the job's placeholders must agree") {
+    const std::string head = "listen: { proxy: 127.0.0.1:3128 }\n"
+                             "inspect: { ca: { cert: /a.pem, key: /a.key } }\n";
+    const std::string good =
+        head +
+        "secrets:\n  openai: { file: /etc/cordon/secrets/openai }\n  gh: { env: GH_TOKEN }\n"
+        "jobs:\n  a:\n    task: t\n    egress:\n"
+        "      - host: api.openai.com\n        ports: [443]\n        protocol: https\n"
+        "        credential: { secret: openai, header: Authorization, format: \"Bearer {}\" }\n"
+        "    credentials: { OPENAI_API_KEY: openai }\n";
+    const auto r = load_policy(good, "p.yaml");
+    for (const auto& e : r.errors) {
+        FAIL(e.to_string());
+    }
+    REQUIRE(r.value->secrets.size() == 2);
+    CHECK(r.value->secrets[0].file == std::optional<std::string>("/etc/cordon/secrets/openai"));
+    CHECK(r.value->secrets[1].env == std::optional<std::string>("GH_TOKEN"));
+    const auto& c = *r.value->jobs[0].egress[0].credential;
+    CHECK(c.secret == "openai");
+    CHECK(c.header == "Authorization");
+    CHECK(c.prefix == "Bearer ");
+    CHECK(c.suffix.empty());
+    CHECK(r.value->jobs[0].credentials ==
+          std::vector<std::pair<std::string, std::string>>{{"OPENAI_API_KEY", "openai"}});
+
+    const auto replace = [&good](std::string_view from, std::string_view to) {
+        std::string s = good;
+        s.replace(s.find(from), from.size(), to);
+        return errors_of(s);
+    };
+    CHECK(any_contains(replace("secret: openai,", "secret: nope,"), "no secret named 'nope'"));
+    CHECK(any_contains(replace("{ OPENAI_API_KEY: openai }", "{ OPENAI_API_KEY: gh }"),
+                       "no placeholder for 'openai'"));
+    CHECK(any_contains(replace("header: Authorization", "header: Host"), "cannot carry"));
+    CHECK(any_contains(replace("header: Authorization", "header: Proxy-Authorization"),
+                       "cannot carry"));
+    CHECK(any_contains(replace("\"Bearer {}\"", "\"Bearer\""), "exactly one {}"));
+    CHECK(any_contains(replace("\"Bearer {}\"", "\"{} {}\""), "exactly one {}"));
+    CHECK(any_contains(replace("protocol: https", "protocol: tls"),
+                       "only on protocol: https"));
+    CHECK(any_contains(replace("{ file: /etc/cordon/secrets/openai }",
+                               "{ file: /a, env: B }"),
+                       "exactly one of 'file'"));
+    CHECK(any_contains(replace("{ file: /etc/cordon/secrets/openai }", "{ file: rel }"),
+                       "not an absolute path"));
+    CHECK(any_contains(replace("{ OPENAI_API_KEY: openai }", "{ 1BAD: openai }"),
+                       "not a variable name"));
+    std::string no_inspect = good;
+    no_inspect.erase(no_inspect.find("inspect:"), no_inspect.find("secrets:") -
+                                                      no_inspect.find("inspect:"));
+    CHECK(any_contains(errors_of(no_inspect), "needs the 'inspect' section"));
+}

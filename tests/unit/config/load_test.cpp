@@ -549,10 +549,10 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
          "unknown key 'bogus' (expected one of: stop_authority, max_stop_seconds)"},
         {"job", with_job("    bogus: 1"), 5, 5, "jobs.j",
          "unknown key 'bogus' (expected one of: task, inputs, outputs, mode, egress, limits, "
-         "sources, identity, filesystem, env)"},
+         "sources, identity, filesystem, env, credentials)"},
         {"rule", with_rule("{ host: a.com, ports: [443], bogus: 1 }"), 6, 38, "jobs.j.egress[0]",
          "unknown key 'bogus' (expected one of: host, cidr, ports, protocol, methods, http, "
-         "resolves_to)"},
+         "resolves_to, credential)"},
         {"limits", with_job("    limits: { bogus: 1 }"), 5, 15, "jobs.j.limits",
          "unknown key 'bogus' (expected one of: max_tunnels, max_bytes_up)"},
         {"identity", with_job("    identity: { bogus: 1 }"), 5, 17, "jobs.j.identity",
@@ -1793,7 +1793,7 @@ TEST_CASE("load: diagnostic::to_string", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK(r.errors[0].to_string() ==
               "etc/cordon.yaml:3:1: policy: unknown key 'bogus' (expected one of: listen, admin, "
-              "dns, state, audit, alerts, kill, proxy, inspect, jobs)");
+              "dns, state, audit, alerts, kill, proxy, inspect, secrets, jobs)");
     }
     SECTION("a YAML syntax error carries its position") {
         const load_result r = load_policy("{ unclosed", "x.yaml");

@@ -250,7 +250,7 @@ TEST_CASE("inspector: load() reads the policy's files and names the one that fai
     spec.ca_cert = "/nonexistent/ca.pem";
     spec.ca_key = "/nonexistent/ca.key";
     std::string error;
-    CHECK_FALSE(inspector::load(spec, error));
+    CHECK_FALSE(inspector::load(spec, {}, error));
     CHECK_THAT(error, Catch::Contains("inspect.ca.cert") && Catch::Contains("/nonexistent/ca.pem"));
 }
 

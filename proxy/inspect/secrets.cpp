@@ -1,0 +1,257 @@
+#include "proxy/inspect/secrets.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace cordon::proxy::inspect {
+namespace {
+
+constexpr std::size_t max_file = 64 * 1024;
+constexpr std::size_t min_value = 8;
+constexpr std::size_t max_value = 8192;
+
+// Reads a secret file: a regular file that group and others cannot read, bounded.
+bool read_secret_file(const std::string& path, std::string& out, std::string& error) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        error = path + ": " + std::strerror(errno);
+        return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        error = path + ": not a regular file";
+        return false;
+    }
+    if ((st.st_mode & 077) != 0) {
+        ::close(fd);
+        error = path + ": readable by group or others (chmod 600 it)";
+        return false;
+    }
+    out.clear();
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            error = path + ": " + std::strerror(errno);
+            break;
+        }
+        if (n == 0) {
+            break;
+        }
+        out.append(buf, static_cast<std::size_t>(n));
+        if (out.size() > max_file) {
+            error = path + ": larger than 64 KiB";
+            break;
+        }
+    }
+    OPENSSL_cleanse(buf, sizeof buf);
+    ::close(fd);
+    return error.empty();
+}
+
+// Why `v` cannot be a secret value, or "".
+std::string_view value_refusal(std::string_view v) {
+    if (v.size() < min_value) {
+        return "shorter than 8 bytes (too short to find safely in what the sandbox sends)";
+    }
+    if (v.size() > max_value) {
+        return "longer than 8192 bytes";
+    }
+    if (!std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f; })) {
+        return "not printable ASCII (a CR, LF or NUL would split the header it goes into)";
+    }
+    if (v.find(placeholder_prefix) != std::string_view::npos) {
+        return "contains a placeholder";
+    }
+    return {};
+}
+
+void drop_newline(std::string& v) {
+    if (!v.empty() && v.back() == '\n') {
+        v.pop_back();
+        if (!v.empty() && v.back() == '\r') {
+            v.pop_back();
+        }
+    }
+}
+
+void wipe(std::string& s) {
+    if (!s.empty()) {
+        OPENSSL_cleanse(s.data(), s.size());
+    }
+    s.clear();
+}
+
+}  // namespace
+
+std::unique_ptr<credential_broker> credential_broker::load(
+    const std::vector<config::secret_spec>& specs, std::string_view placeholder_key,
+    std::string& error) {
+    std::vector<std::pair<std::string, std::string>> values;
+    const auto fail = [&values](std::string& e, std::string msg) {
+        for (auto& [n, v] : values) {
+            wipe(v);
+        }
+        e = std::move(msg);
+        return nullptr;
+    };
+    for (const auto& s : specs) {
+        std::string v;
+        std::string why;
+        if (s.file) {
+            if (!read_secret_file(*s.file, v, why)) {
+                wipe(v);
+                return fail(error, "secrets." + s.name + ".file: " + why);
+            }
+        } else if (s.env) {
+            const char* e = std::getenv(s.env->c_str());
+            if (e == nullptr) {
+                return fail(error, "secrets." + s.name + ".env: " + *s.env +
+                                       " is not set in cordon's environment");
+            }
+            v = e;
+        }
+        drop_newline(v);
+        values.emplace_back(s.name, std::move(v));
+    }
+    auto out = from_values(values, placeholder_key, error);
+    for (auto& [n, v] : values) {
+        wipe(v);
+    }
+    return out;
+}
+
+std::unique_ptr<credential_broker> credential_broker::from_values(
+    const std::vector<std::pair<std::string, std::string>>& values,
+    std::string_view placeholder_key, std::string& error) {
+    if (placeholder_key.size() < 32) {
+        error = "the placeholder key is shorter than 32 bytes";
+        return nullptr;
+    }
+    std::size_t total = 0;
+    for (const auto& [name, v] : values) {
+        if (const std::string_view why = value_refusal(v); !why.empty()) {
+            error = "secrets." + name + ": the value is " + std::string(why);
+            return nullptr;
+        }
+        total += v.size();
+    }
+    std::unique_ptr<credential_broker> b(new credential_broker());
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const std::size_t ps = page > 0 ? static_cast<std::size_t>(page) : 4096;
+    b->mapped_ = std::max<std::size_t>(ps, (total + ps - 1) / ps * ps);
+    void* p = ::mmap(nullptr, b->mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (p == MAP_FAILED) {
+        error = std::string("secrets: mmap: ") + std::strerror(errno);
+        b->mapped_ = 0;
+        return nullptr;
+    }
+    b->base_ = static_cast<char*>(p);
+    // Out of core dumps and never swapped; both best effort (the daemon also makes itself
+    // non-dumpable when it holds secrets).
+    ::madvise(p, b->mapped_, MADV_DONTDUMP);
+    b->locked_ = ::mlock(p, b->mapped_) == 0;
+    std::size_t at = 0;
+    for (const auto& [name, v] : values) {
+        std::memcpy(b->base_ + at, v.data(), v.size());
+        b->entries_.push_back(entry{name, at, v.size()});
+        b->longest_ = std::max(b->longest_, v.size());
+        at += v.size();
+    }
+    b->key_.assign(placeholder_key.data(), placeholder_key.size());
+    return b;
+}
+
+credential_broker::~credential_broker() {
+    if (base_ != nullptr) {
+        OPENSSL_cleanse(base_, mapped_);
+        if (locked_) {
+            ::munlock(base_, mapped_);
+        }
+        ::munmap(base_, mapped_);
+    }
+    wipe(key_);
+}
+
+std::string_view credential_broker::value(std::string_view name) const noexcept {
+    for (const auto& e : entries_) {
+        if (e.name == name) {
+            return {base_ + e.offset, e.size};
+        }
+    }
+    return {};
+}
+
+std::vector<std::string> credential_broker::names() const {
+    std::vector<std::string> out;
+    for (const auto& e : entries_) {
+        out.push_back(e.name);
+    }
+    return out;
+}
+
+std::string credential_broker::placeholder(std::string_view session, std::string_view var) const {
+    std::string msg(session);
+    msg.push_back('\n');
+    msg.append(var);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()),
+         reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac, &len);
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out(placeholder_prefix);
+    for (unsigned int i = 0; i < 20 && i < len; ++i) {
+        out.push_back(hex[mac[i] >> 4]);
+        out.push_back(hex[mac[i] & 15]);
+    }
+    OPENSSL_cleanse(mac, sizeof mac);
+    return out;
+}
+
+std::string placeholder_key_from(std::string_view ca_key_pem) {
+    static constexpr std::string_view label = "cordon placeholder key v1\n";
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    EVP_DigestUpdate(ctx, label.data(), label.size());
+    EVP_DigestUpdate(ctx, ca_key_pem.data(), ca_key_pem.size());
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx, digest, &n);
+    EVP_MD_CTX_free(ctx);
+    std::string out(reinterpret_cast<const char*>(digest), n);
+    OPENSSL_cleanse(digest, sizeof digest);
+    return out;
+}
+
+bool placeholder_at(std::string_view s, std::size_t at) noexcept {
+    if (at > s.size() || s.size() - at < placeholder_size ||
+        s.substr(at, placeholder_prefix.size()) != placeholder_prefix) {
+        return false;
+    }
+    for (std::size_t i = at + placeholder_prefix.size(); i < at + placeholder_size; ++i) {
+        const char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace cordon::proxy::inspect

@@ -1,0 +1,224 @@
+// The credential broker's checks on what crosses an inspected tunnel (proxy/data/
+// credentials.hpp) and its secret store (proxy/inspect/secrets.hpp): the head judged for
+// every hostile shape an agent would try, streaming scans and replacement with matches split
+// across reads, placeholders bound to session and variable.
+#include "proxy/data/credentials.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "proxy/inspect/secrets.hpp"
+
+namespace {
+
+using cordon::config::credential_spec;
+using cordon::config::deny_reason;
+using namespace cordon::proxy::data;
+using cordon::proxy::inspect::credential_broker;
+
+const std::string key(32, 'k');
+const std::string real = "sk-live-0123456789abcdefREAL";
+
+std::unique_ptr<credential_broker> broker() {
+    std::string error;
+    auto b = credential_broker::from_values({{"openai", real}, {"github", "ghp_other_secret_1"}},
+                                            key, error);
+    INFO(error);
+    REQUIRE(b);
+    return b;
+}
+
+struct fixture {
+    std::unique_ptr<credential_broker> b = broker();
+    credential_spec cred{"openai", "Authorization", "Bearer ", ""};
+    std::vector<session_placeholder> mine{{"openai", b->placeholder("s-1", "OPENAI_API_KEY")}};
+    std::vector<secret_value> secrets;
+    fixture() {
+        b->for_each([this](std::string_view n, std::string_view v) {
+            secrets.push_back(secret_value{n, v});
+        });
+    }
+    head_verdict judge(std::string_view target, const std::string& fields,
+                       bool credentialed = true) const {
+        return judge_head(target, fields, credentialed ? &cred : nullptr, mine, secrets);
+    }
+    std::string ph() const { return mine[0].placeholder; }
+};
+
+}  // namespace
+
+TEST_CASE("placeholders: bound to session and variable, shaped, not the secret") {
+    const auto b = broker();
+    const std::string p1 = b->placeholder("s-1", "OPENAI_API_KEY");
+    CHECK(p1.size() == cordon::proxy::inspect::placeholder_size);
+    CHECK(cordon::proxy::inspect::placeholder_at(p1, 0));
+    CHECK(p1 == b->placeholder("s-1", "OPENAI_API_KEY"));  // stable
+    CHECK(p1 != b->placeholder("s-2", "OPENAI_API_KEY"));
+    CHECK(p1 != b->placeholder("s-1", "OTHER"));
+    CHECK(p1.find(real) == std::string::npos);
+    // Another key (another CA) gives other placeholders.
+    std::string error;
+    auto other = credential_broker::from_values({{"openai", real}}, std::string(32, 'x'), error);
+    REQUIRE(other);
+    CHECK(other->placeholder("s-1", "OPENAI_API_KEY") != p1);
+    CHECK(b->value("openai") == real);
+    CHECK(b->value("nope").empty());
+    CHECK(b->longest() == real.size());
+}
+
+TEST_CASE("secret values: refused when they could not be found or would split a header") {
+    std::string error;
+    CHECK_FALSE(credential_broker::from_values({{"a", "short"}}, key, error));
+    CHECK_THAT(error, Catch::Contains("secrets.a") && Catch::Contains("shorter than 8"));
+    CHECK_FALSE(credential_broker::from_values({{"a", "abcdefgh\r\nX-Evil: 1"}}, key, error));
+    CHECK_THAT(error, Catch::Contains("printable"));
+    CHECK(error.find("X-Evil") == std::string::npos);  // never quotes the value
+    CHECK_FALSE(credential_broker::from_values({{"a", "12345678"}}, "short key", error));
+}
+
+TEST_CASE("secret files: a regular file, private, newline dropped; env variables") {
+    std::string error;
+    cordon::config::secret_spec missing{"m", std::string("/nonexistent/secret"), std::nullopt, {}};
+    CHECK_FALSE(credential_broker::load({missing}, key, error));
+    CHECK_THAT(error, Catch::Contains("secrets.m.file"));
+    cordon::config::secret_spec unset{"e", std::nullopt, std::string("CORDON_TEST_UNSET_VAR"), {}};
+    CHECK_FALSE(credential_broker::load({unset}, key, error));
+    CHECK_THAT(error, Catch::Contains("not set"));
+    ::setenv("CORDON_TEST_SECRET_VAR", "env-secret-value\n", 1);
+    cordon::config::secret_spec env{"e", std::nullopt, std::string("CORDON_TEST_SECRET_VAR"), {}};
+    const auto b = credential_broker::load({env}, key, error);
+    REQUIRE(b);
+    CHECK(b->value("e") == "env-secret-value");
+    ::unsetenv("CORDON_TEST_SECRET_VAR");
+    cordon::config::secret_spec dir{"d", std::string("/etc"), std::nullopt, {}};
+    CHECK_FALSE(credential_broker::load({dir}, key, error));
+}
+
+TEST_CASE("judge_head: the session's placeholder in the credentialed header is injected") {
+    const fixture f;
+    const auto v = f.judge("/v1/chat", "Authorization: Bearer " + f.ph() + "\r\nAccept: */*\r\n");
+    CHECK(v.reason == deny_reason::none);
+    CHECK(v.placeholder == f.ph());
+    CHECK(v.secret_name == "openai");
+    CHECK(v.secret_value == real);
+    // Header names are case-insensitive.
+    CHECK(f.judge("/", "authorization: Bearer " + f.ph() + "\r\n").reason == deny_reason::none);
+}
+
+TEST_CASE("judge_head: every hostile shape is refused with its reason") {
+    const fixture f;
+    const std::string ok = "Authorization: Bearer " + f.ph() + "\r\n";
+    SECTION("the placeholder anywhere else: another header, the target, a second copy") {
+        CHECK(f.judge("/", ok + "X-Key: " + f.ph() + "\r\n").reason ==
+              deny_reason::credential_misuse);
+        CHECK(f.judge("/v1?key=" + f.ph(), ok).reason == deny_reason::credential_misuse);
+        CHECK(f.judge("/" + f.ph(), ok).reason == deny_reason::credential_misuse);
+        CHECK(f.judge("/", "Cookie: a=" + f.ph() + "\r\n" + ok).reason ==
+              deny_reason::credential_misuse);
+    }
+    SECTION("the placeholder to a host or rule without a credential") {
+        CHECK(f.judge("/", ok, false).reason == deny_reason::credential_misuse);
+        CHECK(f.judge("/", "X-Anything: cordon-ph-\r\n", false).reason ==
+              deny_reason::credential_misuse);
+    }
+    SECTION("another session's placeholder, or another variable's") {
+        const std::string theirs = f.b->placeholder("s-2", "OPENAI_API_KEY");
+        CHECK(f.judge("/", "Authorization: Bearer " + theirs + "\r\n").reason ==
+              deny_reason::credential_misuse);
+        const std::string other_var = f.b->placeholder("s-1", "GITHUB_TOKEN");
+        CHECK(f.judge("/", "Authorization: Bearer " + other_var + "\r\n").reason ==
+              deny_reason::credential_misuse);
+    }
+    SECTION("no placeholder on the credentialed rule: the client's own key, none, two") {
+        CHECK(f.judge("/", "Authorization: Bearer sk-my-own-key-123456\r\n").reason ==
+              deny_reason::credential_required);
+        CHECK(f.judge("/", "Accept: */*\r\n").reason == deny_reason::credential_required);
+        CHECK(f.judge("/", ok + "Authorization: Basic eDp5\r\n").reason ==
+              deny_reason::credential_required);
+        CHECK(f.judge("/", "Authorization: Token " + f.ph() + "\r\n").reason ==
+              deny_reason::credential_misuse);  // a placeholder, in the wrong format
+        CHECK(f.judge("/", "Authorization: Bearer " + f.ph() + "x\r\n").reason ==
+              deny_reason::credential_misuse);
+    }
+    SECTION("the real secret's bytes anywhere") {
+        CHECK(f.judge("/?k=" + real, ok).reason == deny_reason::secret_leak);
+        CHECK(f.judge("/", ok + "X-Echo: " + real + "\r\n").reason == deny_reason::secret_leak);
+        CHECK(f.judge("/", "Authorization: Bearer " + real + "\r\n").reason ==
+              deny_reason::secret_leak);
+        CHECK(f.judge("/", "X-A: ghp_other_secret_1\r\n", false).reason ==
+              deny_reason::secret_leak);
+    }
+    SECTION("a clean request without a credential passes untouched") {
+        const auto v = f.judge("/v1/models", "Accept: */*\r\n", false);
+        CHECK(v.reason == deny_reason::none);
+        CHECK(v.placeholder.empty());
+    }
+}
+
+TEST_CASE("stream_scanner: finds placeholders and secrets split across chunks") {
+    const fixture f;
+    const std::string body = "{\"prompt\": \"x\", \"key\": \"" + real + "\"}";
+    for (std::size_t cut = 0; cut <= body.size(); ++cut) {
+        stream_scanner s(f.secrets);
+        const deny_reason a = s.feed(std::string_view(body).substr(0, cut));
+        const deny_reason b = a == deny_reason::none ? s.feed(std::string_view(body).substr(cut))
+                                                     : a;
+        INFO("cut at " << cut);
+        CHECK(b == deny_reason::secret_leak);
+    }
+    const std::string ph_body = "aaaa" + f.ph() + "bbbb";
+    for (std::size_t cut = 0; cut <= ph_body.size(); ++cut) {
+        stream_scanner s(f.secrets);
+        deny_reason r = s.feed(std::string_view(ph_body).substr(0, cut));
+        if (r == deny_reason::none) {
+            r = s.feed(std::string_view(ph_body).substr(cut));
+        }
+        CHECK(r == deny_reason::credential_misuse);
+    }
+    // One byte at a time.
+    stream_scanner s(f.secrets);
+    deny_reason r = deny_reason::none;
+    for (const char c : body) {
+        if (r == deny_reason::none) {
+            r = s.feed(std::string_view(&c, 1));
+        }
+    }
+    CHECK(r == deny_reason::secret_leak);
+    stream_scanner clean(f.secrets);
+    CHECK(clean.feed(std::string(100000, 'a')) == deny_reason::none);
+    CHECK(clean.feed("sk-live-0123") == deny_reason::none);  // a prefix of it is no leak
+}
+
+TEST_CASE("stream_replacer: the secret becomes the placeholder however the stream is cut") {
+    const fixture f;
+    const std::string body = "echo " + real + " and again " + real + ".";
+    std::string want = "echo " + f.ph() + " and again " + f.ph() + ".";
+    for (std::size_t a = 0; a <= body.size(); ++a) {
+        for (std::size_t b = a; b <= body.size(); b += 7) {
+            stream_replacer r(real, f.ph());
+            std::string out;
+            r.feed(std::string_view(body).substr(0, a), out);
+            r.feed(std::string_view(body).substr(a, b - a), out);
+            r.feed(std::string_view(body).substr(b), out);
+            r.finish(out);
+            INFO("cuts " << a << " " << b);
+            REQUIRE(out == want);
+            CHECK(r.replaced() == 2);
+        }
+    }
+    // Nothing to replace: the bytes pass as they are, a partial match at the end flushed.
+    stream_replacer r(real, f.ph());
+    std::string out;
+    r.feed("abc sk-live-01", out);
+    r.finish(out);
+    CHECK(out == "abc sk-live-01");
+}
+
+TEST_CASE("replace_all") {
+    std::string s = "a-X-b-X";
+    CHECK(replace_all(s, "X", "YY") == 2);
+    CHECK(s == "a-YY-b-YY");
+    CHECK(replace_all(s, "", "z") == 0);
+}
