@@ -39,8 +39,9 @@ and give sandboxes DIR/ca.pem to trust (`cordon run` does; GET /v1/ca.pem serves
 bool write_new(const std::string& path, const std::string& data, mode_t mode, std::string& error) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0) {
-        error = path + ": " + (errno == EEXIST ? std::string("exists (not overwritten)")
-                                               : std::string(std::strerror(errno)));
+        error = path + ": " +
+                (errno == EEXIST ? std::string("exists (not overwritten)")
+                                 : std::string(std::strerror(errno)));
         return false;
     }
     ::fchmod(fd, mode);  // whatever the umask
@@ -135,7 +136,8 @@ int ca_init(args a) {
     }
     // The key first: a certificate without its key is useless, a key alone is refused by
     // the next run (ca.key exists).
-    if (!write_new(key_path, ca->key, 0600, error) || !write_new(cert_path, ca->cert, 0644, error)) {
+    if (!write_new(key_path, ca->key, 0600, error) ||
+        !write_new(cert_path, ca->cert, 0644, error)) {
         std::cerr << "cordon ca init: " << error << '\n';
         return 1;
     }

@@ -248,8 +248,8 @@ int session(args in) {
                   << set_upper << '\n'
                   << set_lower << '\n';
         // The credential broker's placeholders: what the sandbox holds instead of the keys.
-        if (const auto* c = o.if_contains("credentials"); c != nullptr && c->is_object() &&
-                                                          !c->as_object().empty()) {
+        if (const auto* c = o.if_contains("credentials");
+            c != nullptr && c->is_object() && !c->as_object().empty()) {
             std::string set = "  export";
             for (const auto& kv : c->as_object()) {
                 set += " " + std::string(kv.key()) + "=" + shell_quote(str(kv.value()));

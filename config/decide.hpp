@@ -63,11 +63,11 @@ struct decide_args {
     std::uint16_t port = 0;
     request_kind kind = request_kind::connect;
     std::string_view method;  ///< http and inspected only
-    /// http and inspected only: the request's path in normal form (config/http_rules.hpp normalise_path),
-    /// matched against the request rules of a rule that has them.
+    /// http and inspected only: the request's path in normal form (config/http_rules.hpp
+    /// normalise_path), matched against the request rules of a rule that has them.
     std::string_view path;
-    /// http and inspected only: set when the path was refused by normalise_path (its error); a rule with
-    /// request rules then denies bad_request. Rules without request rules never look.
+    /// http and inspected only: set when the path was refused by normalise_path (its error); a rule
+    /// with request rules then denies bad_request. Rules without request rules never look.
     bool path_refused = false;
 };
 

@@ -42,10 +42,9 @@ void loader::load(const YAML::Node& root, policy& p) {
         error(root, "", "a policy is a mapping with keys listen, jobs, ...; got " + kind_of(root));
         return;
     }
-    const auto keys = check_keys(
-        root, "",
-        {"listen", "admin", "dns", "state", "audit", "alerts", "kill", "proxy", "inspect",
-         "secrets", "jobs"});
+    const auto keys = check_keys(root, "",
+                                 {"listen", "admin", "dns", "state", "audit", "alerts", "kill",
+                                  "proxy", "inspect", "secrets", "jobs"});
     // Jobs first: later sections refer to job names.
     if (const auto* n = find(keys, "jobs")) {
         load_jobs(*n, p);

@@ -587,12 +587,7 @@ void loader::load_secrets(const YAML::Node& n, policy& p) {
             if (!s.env) {
                 continue;
             }
-            const bool word = !s.env->empty() && !(s.env->front() >= '0' && s.env->front() <= '9') &&
-                              std::all_of(s.env->begin(), s.env->end(), [](char c) {
-                                  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                                         (c >= '0' && c <= '9') || c == '_';
-                              });
-            if (!word) {
+            if (!valid_env_name(*s.env)) {
                 error(*e, path + ".env", "'" + *s.env + "' is not a variable name");
                 continue;
             }

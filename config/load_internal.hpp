@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,9 @@
 #include "config/yaml_read.hpp"
 
 namespace cordon::config::detail {
+
+/// A variable name as an environment takes it: [A-Za-z_][A-Za-z0-9_]* (load_jobs.cpp).
+bool valid_env_name(std::string_view s);
 
 // Walks the YAML tree of a policy, filling a `policy` and collecting every error.
 class loader : public yaml_reader {

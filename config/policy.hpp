@@ -59,13 +59,15 @@ struct egress_rule {
     /// http and https only: request rules, first match wins; empty means any request. When
     /// set, the request's path is normalised (config/http_rules.hpp), matched, and sent so.
     std::vector<http_rule> http;
-    std::vector<cidr> resolves_to;  ///< non-public ranges this host may resolve into
+    std::vector<cidr> resolves_to;              ///< non-public ranges this host may resolve into
     std::optional<credential_spec> credential;  ///< https only: the secret cordon injects
     source_pos pos;
 
     bool allows_port(std::uint16_t port) const noexcept;
     /// http and https: each request is decided on its own (methods, request rules).
-    bool per_request() const noexcept { return proto == protocol::http || proto == protocol::https; }
+    bool per_request() const noexcept {
+        return proto == protocol::http || proto == protocol::https;
+    }
     bool allows_method(std::string_view method) const noexcept;
     /// "api.example.com:443/tls", "203.0.113.0/24:22/tcp": for logs and messages.
     std::string describe() const;
@@ -235,7 +237,7 @@ struct inspect_spec {
     /// PEM bundle upstream servers must chain to; unset: the system's roots
     std::optional<std::string> upstream_ca;
     std::chrono::seconds leaf_ttl = std::chrono::hours(24);  ///< within 1h..90 days
-    std::uint32_t leaf_cache = 10'000;  ///< leaves kept (names), bounded LRU
+    std::uint32_t leaf_cache = 10'000;                       ///< leaves kept (names), bounded LRU
 };
 
 /// A real credential, read by cordon only (docs/inspect.md "Credentials"): from a file or
@@ -260,7 +262,7 @@ struct policy {
     proxy_spec proxy;
     std::optional<inspect_spec> inspect;  ///< unset: no https rule may exist
     std::vector<secret_spec> secrets;     ///< names unique; need `inspect`
-    std::vector<job> jobs;  ///< in file order; names unique
+    std::vector<job> jobs;                ///< in file order; names unique
 
     const job* find_job(std::string_view name) const noexcept;
     std::size_t rule_count() const noexcept;

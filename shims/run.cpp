@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <thread>
 
@@ -106,6 +107,62 @@ std::vector<std::string> hook_env(const std::string& session, const std::string&
         env.push_back(std::string("HOME=") + h);
     }
     return env;
+}
+
+// Where Debian (and most distributions) keep the system's roots, and the variables that point
+// clients at a bundle: curl, Python (ssl, requests, httpx), Node, git, pip, the AWS SDKs.
+constexpr const char* system_bundle = "/etc/ssl/certs/ca-certificates.crt";
+constexpr const char* bundle_variables[] = {
+    "SSL_CERT_FILE",  "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO", "PIP_CERT",           "AWS_CA_BUNDLE"};
+
+// When cordon inspects TLS (GET /v1/ca.pem answers), the sandbox trusts its CA: the host's
+// bundle plus cordon's CA, written to `tmp` and bind-mounted read-only onto the system
+// bundle's path, which the variables name. No inspection (404): nothing changes. False (with
+// `error`) when cordon inspects but the sandbox cannot be given its CA: it would fail every
+// inspected host.
+bool add_ca_bundle(admin_port& admin, const std::string& tmp, sandbox_spec& spec,
+                   std::vector<std::pair<std::string, std::string>>& extra, std::string& error) {
+    admin_reply r;
+    try {
+        r = admin.call("GET", "/v1/ca.pem", "");
+    } catch (const std::exception& e) {
+        error = std::string("cannot ask cordon for its CA: ") + e.what();
+        return false;
+    }
+    if (r.status == 404) {
+        return true;
+    }
+    if (r.status != 200 || r.body.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+        error = "GET /v1/ca.pem: " + std::to_string(r.status);
+        return false;
+    }
+    std::ifstream in(system_bundle, std::ios::binary);
+    if (!in) {
+        error = std::string("cordon inspects TLS but ") + system_bundle +
+                " is missing on this host: install ca-certificates";
+        return false;
+    }
+    std::string bundle((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!bundle.empty() && bundle.back() != '\n') {
+        bundle.push_back('\n');
+    }
+    bundle += "# cordon's inspection CA (cordon run)\n" + r.body;
+    const std::string path = tmp + "/ca-certificates.crt";
+    {
+        std::ofstream out(path, std::ios::binary | std::ios::trunc);
+        out << bundle;
+        if (!out) {
+            error = "cannot write " + path;
+            return false;
+        }
+    }
+    ::chmod(path.c_str(), 0644);
+    spec.ca_bundle = path;
+    for (const char* v : bundle_variables) {
+        extra.emplace_back(v, system_bundle);
+    }
+    return true;
 }
 
 }  // namespace
@@ -298,6 +355,21 @@ int run(const run_options& o, admin_port& admin) {
     // 4. Identity: a short-lived credential, minted on the host side.
     std::vector<std::pair<std::string, std::string>> extra;
     sandbox_spec spec;
+    // The credential broker's placeholders (never the keys: cordon swaps them in on the way
+    // to the hosts that take them), and cordon's CA for inspected hosts: the host's roots
+    // plus it, onto the system bundle's path and in the variables clients read.
+    if (const auto* c = session->if_contains("credentials"); c != nullptr && c->is_object()) {
+        for (const auto& kv : c->as_object()) {
+            if (kv.value().is_string()) {
+                extra.emplace_back(std::string(kv.key()), std::string(kv.value().as_string()));
+            }
+        }
+    }
+    if (std::string ca_error; !add_ca_bundle(admin, tmp, spec, extra, ca_error)) {
+        say(o, ca_error);
+        end_session("end");
+        return 1;
+    }
     if (!card->mint.empty()) {
         const hook_result h = run_hook(card->mint, hook_env(id, o.job, expires, ""), "",
                                        hook_timeout);

@@ -30,6 +30,9 @@ struct sandbox_spec {
     /// over a file (the admin token file, say).
     std::vector<std::string> hide;
     std::string resolv_conf;  ///< host file bind-mounted read-only onto /etc/resolv.conf
+    /// Host file bind-mounted read-only onto /etc/ssl/certs/ca-certificates.crt: the system's
+    /// roots plus cordon's inspection CA ("" = the host's own bundle, untouched).
+    std::string ca_bundle;
     /// A file written into scratch before the command starts (the minted identity).
     std::string scratch_file_name;
     std::string scratch_file_content;

@@ -380,6 +380,9 @@ void setup_mounts(int sock, const sandbox_spec& s) {
     if (!s.resolv_conf.empty() && ::access("/etc/resolv.conf", F_OK) == 0) {
         bind_mount(sock, s.resolv_conf, "/etc/resolv.conf", true);
     }
+    if (!s.ca_bundle.empty() && ::access("/etc/ssl/certs/ca-certificates.crt", F_OK) == 0) {
+        bind_mount(sock, s.ca_bundle, "/etc/ssl/certs/ca-certificates.crt", true);
+    }
     // 3. Read-only, nosuid, nodev everywhere; then the one writable place.
     for (const auto& b : bound) {
         read_only(sock, b);

@@ -14,8 +14,8 @@
 #include "proxy/audit/shim_event.hpp"
 #include "proxy/audit/tool_event.hpp"
 #include "proxy/data/http_head.hpp"
-#include "proxy/inspect/inspector.hpp"
 #include "proxy/data/responses.hpp"
+#include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::admin {
 namespace {

@@ -3,8 +3,8 @@
 // so counting on the data path is an atomic add, never a lookup. Light header: the
 // prometheus-cpp types stay in metrics.cpp. The metrics are listed in docs/observability.md.
 
-#include <atomic>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>

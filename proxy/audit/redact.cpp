@@ -285,10 +285,11 @@ maybe_match match_sk(std::string_view s, std::size_t i) {
 }
 
 // The credential broker's placeholders (proxy/inspect/secrets.hpp): "cordon-ph-" and 40 hex
-// digits. Bound to one session and worthless outside it, but never written all the same.
+// digits. Bound to one session and worthless outside it, but never written all the same:
+// wherever they start, glued to other letters too ("/v1/xcordon-ph-...").
 maybe_match match_placeholder(std::string_view s, std::size_t i) {
     constexpr std::string_view prefix = "cordon-ph-";
-    if (continues(s, i, is_alnum) || s.compare(i, prefix.size(), prefix) != 0) {
+    if (s.compare(i, prefix.size(), prefix) != 0) {
         return std::nullopt;
     }
     const std::size_t end = run_end(s, i + prefix.size(), is_lower_hex);

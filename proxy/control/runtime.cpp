@@ -136,8 +136,10 @@ awaitable<std::string> runtime::reload(const std::string& by,
             ++reloads_failed;
             stats.count_config_reload(false);
             auto rec = record("config.reload");
-            rec.add("result", "error").add("by", by).add("source", config_path_).add("errors",
-                                                                                    error);
+            rec.add("result", "error")
+                .add("by", by)
+                .add("source", config_path_)
+                .add("errors", error);
             audit(std::move(rec));
             co_return error + "\n";
         }

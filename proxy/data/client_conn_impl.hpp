@@ -150,6 +150,8 @@ private:
                                    http::request_parser<http::buffer_body>& parser,
                                    beast::flat_buffer& buffer, const config::target_result& parsed);
     awaitable<bool> connect_forward(request_state& st);
+    config::deny_reason plain_head_refusal(const http::request_header<>& req,
+                                           std::string_view origin_form) const;
     /// One forwarded exchange's inputs, named (coroutines here take no temporaries).
     struct forward_exchange {
         request_state& st;

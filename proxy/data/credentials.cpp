@@ -65,11 +65,10 @@ head_verdict judge_head(std::string_view target, std::string_view fields,
                 return;
             }
             ++cred_fields;
-            const bool shaped = value.size() == cred->prefix.size() + ph.size() +
-                                                    cred->suffix.size() &&
+            const bool shaped = value.size() ==
+                                    cred->prefix.size() + ph.size() + cred->suffix.size() &&
                                 value.starts_with(cred->prefix) && value.ends_with(cred->suffix);
-            if (!ph.empty() && shaped &&
-                value.substr(cred->prefix.size(), ph.size()) == ph) {
+            if (!ph.empty() && shaped && value.substr(cred->prefix.size(), ph.size()) == ph) {
                 exact = true;
             } else if (contains(value, prefix)) {
                 foreign = true;
@@ -107,8 +106,49 @@ head_verdict judge_head(std::string_view target, std::string_view fields,
     return v;
 }
 
-stream_scanner::stream_scanner(std::span<const secret_value> secrets) {
-    keep_ = inspect::placeholder_prefix.size();
+config::deny_reason splice_credential(std::string& out_head, const config::credential_spec* cred,
+                                      const head_verdict& v,
+                                      std::span<const secret_value> secrets) {
+    for (const secret_value& s : secrets) {
+        if (contains(out_head, s.value)) {
+            return deny_reason::secret_leak;
+        }
+    }
+    const std::string_view prefix = inspect::placeholder_prefix;
+    const std::size_t first = out_head.find(prefix);
+    if (v.placeholder.empty() || cred == nullptr) {
+        return first == std::string::npos ? deny_reason::none : deny_reason::credential_misuse;
+    }
+    if (first == std::string::npos || out_head.find(prefix, first + 1) != std::string::npos) {
+        return deny_reason::credential_misuse;
+    }
+    // The line holding it must be the credentialed field, its value exactly the format.
+    const std::size_t line = out_head.rfind("\r\n", first);
+    if (line == std::string::npos) {
+        return deny_reason::credential_misuse;  // in the request line
+    }
+    const std::size_t start = line + 2;
+    const std::size_t end = out_head.find("\r\n", start);
+    const std::string_view field(out_head.data() + start, end - start);
+    const std::size_t colon = field.find(':');
+    if (colon == std::string_view::npos || !ascii_iequals(field.substr(0, colon), cred->header)) {
+        return deny_reason::credential_misuse;
+    }
+    std::string_view value = field.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+    }
+    const std::string want = cred->prefix + std::string(v.placeholder) + cred->suffix;
+    if (value != want) {
+        return deny_reason::credential_misuse;
+    }
+    out_head.replace(first, v.placeholder.size(), v.secret_value);
+    return deny_reason::none;
+}
+
+stream_scanner::stream_scanner(std::span<const secret_value> secrets, bool placeholders)
+    : placeholders_(placeholders) {
+    keep_ = placeholders ? inspect::placeholder_prefix.size() : 1;
     for (const auto& s : secrets) {
         secrets_.push_back(s.value);
         keep_ = std::max(keep_, s.value.size());
@@ -119,14 +159,16 @@ stream_scanner::stream_scanner(std::span<const secret_value> secrets) {
 config::deny_reason stream_scanner::feed(std::string_view chunk) {
     // The held tail and the new chunk's start, where a split match would be; then the chunk.
     const std::string joint = tail_ + std::string(chunk.substr(0, std::min(chunk.size(), keep_)));
+    deny_reason found = deny_reason::none;
     for (const std::string_view hay : {std::string_view(joint), chunk}) {
         for (const auto s : secrets_) {
             if (contains(hay, s)) {
-                return deny_reason::secret_leak;
+                found = deny_reason::secret_leak;
             }
         }
-        if (contains(hay, inspect::placeholder_prefix)) {
-            return deny_reason::credential_misuse;
+        if (found == deny_reason::none && placeholders_ &&
+            contains(hay, inspect::placeholder_prefix)) {
+            found = deny_reason::credential_misuse;
         }
     }
     if (chunk.size() >= keep_) {
@@ -137,7 +179,7 @@ config::deny_reason stream_scanner::feed(std::string_view chunk) {
             tail_.erase(0, tail_.size() - keep_);
         }
     }
-    return deny_reason::none;
+    return found;
 }
 
 void stream_replacer::feed(std::string_view chunk, std::string& out) {
@@ -171,6 +213,71 @@ stream_replacer::~stream_replacer() {
 void stream_replacer::finish(std::string& out) {
     out.append(held_);
     held_.clear();
+}
+
+std::size_t drop_fields(std::string& head, std::initializer_list<std::string_view> names) {
+    std::size_t dropped = 0;
+    std::size_t start = head.find("\r\n");
+    while (start != std::string::npos && start + 2 < head.size()) {
+        const std::size_t line = start + 2;
+        const std::size_t end = head.find("\r\n", line);
+        if (end == std::string::npos) {
+            break;
+        }
+        const std::string_view text(head.data() + line, end - line);
+        const std::size_t colon = text.find(':');
+        bool drop = false;
+        if (colon != std::string_view::npos) {
+            for (const auto n : names) {
+                drop = drop || ascii_iequals(text.substr(0, colon), n);
+            }
+        }
+        if (drop) {
+            head.erase(line, end + 2 - line);
+            ++dropped;
+        } else {
+            start = end;
+        }
+    }
+    return dropped;
+}
+
+std::string_view field_value(std::string_view fields, std::string_view name) {
+    std::string_view out;
+    bool found = false;
+    for_each_field(fields, [&](std::string_view n, std::string_view v) {
+        if (!found && ascii_iequals(n, name)) {
+            out = v;
+            found = true;
+        }
+    });
+    return out;
+}
+
+std::string percent_decoded(std::string_view s) {
+    const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') {
+            return c - '0';
+        }
+        if (c >= 'a' && c <= 'f') {
+            return c - 'a' + 10;
+        }
+        if (c >= 'A' && c <= 'F') {
+            return c - 'A' + 10;
+        }
+        return -1;
+    };
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+            out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+            i += 2;
+        } else {
+            out.push_back(s[i]);
+        }
+    }
+    return out;
 }
 
 std::size_t replace_all(std::string& s, std::string_view from, std::string_view to) {

@@ -8,6 +8,7 @@
 // split across reads still caught.
 
 #include <cstddef>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,16 +54,30 @@ head_verdict judge_head(std::string_view target, std::string_view fields,
                         std::span<const session_placeholder> mine,
                         std::span<const secret_value> secrets);
 
-/// Finds placeholders (by their prefix) and secret values in a stream of chunks; a match
-/// split across chunks is found. Keeps at most the longest needle less one byte.
+/// The last check, on the head exactly as it goes upstream (`out_head`: request line,
+/// fields, blank line; after normalisation, filtering and rewriting): what was judged on the
+/// client's bytes must hold on the bytes sent. A secret's bytes anywhere -> secret_leak. With
+/// `v.placeholder` set, it must occur exactly once, as the whole value of the one
+/// `cred.header` line (prefix + placeholder + suffix), and is replaced there by the secret;
+/// otherwise no "cordon-ph-" may occur at all. Anything else -> credential_misuse (a
+/// percent-encoded placeholder the path's normal form decoded, a method, a header the
+/// client's Connection field removed). Returns none when `out_head` may go.
+config::deny_reason splice_credential(std::string& out_head, const config::credential_spec* cred,
+                                      const head_verdict& v, std::span<const secret_value> secrets);
+
+/// Finds placeholders (by their prefix; unless told not to) and secret values in a stream of
+/// chunks; a match split across chunks is found. Keeps at most the longest needle less one
+/// byte. Every needle is looked for in every chunk: a secret is reported (secret_leak) even
+/// when a placeholder comes first.
 class stream_scanner {
 public:
-    explicit stream_scanner(std::span<const secret_value> secrets);
+    explicit stream_scanner(std::span<const secret_value> secrets, bool placeholders = true);
     /// Scans the next chunk: none, credential_misuse (a placeholder) or secret_leak.
     config::deny_reason feed(std::string_view chunk);
 
 private:
     std::vector<std::string_view> secrets_;
+    bool placeholders_ = true;
     std::string tail_;
     std::size_t keep_ = 0;
 };
@@ -88,6 +103,17 @@ private:
     std::string held_;
     std::size_t replaced_ = 0;
 };
+
+/// Removes from `head` ("start-line\r\nfields\r\n", no blank line yet) every field line
+/// whose name is one of `names` (ASCII case-insensitive); returns how many.
+std::size_t drop_fields(std::string& head, std::initializer_list<std::string_view> names);
+
+/// The value of the first field `name` among `fields` ("name: value\r\n" lines), or "".
+std::string_view field_value(std::string_view fields, std::string_view name);
+
+/// `s` with every "%XX" (two hex digits) decoded to its byte, whatever the byte; anything
+/// else as it is. For scans that must see through encodings, never for forwarding.
+std::string percent_decoded(std::string_view s);
 
 /// Replaces every occurrence of `from` in `s` by `to`; returns how many.
 std::size_t replace_all(std::string& s, std::string_view from, std::string_view to);

@@ -17,8 +17,10 @@
 #include "config/http_rules.hpp"
 #include "config/target.hpp"
 #include "proxy/data/client_conn_impl.hpp"
+#include "proxy/data/credentials.hpp"
 #include "proxy/data/http_head.hpp"
 #include "proxy/data/response_reader.hpp"
+#include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::data {
 
@@ -260,6 +262,36 @@ awaitable<error_code> client_conn::read_response_head(response_reader& rp,
     co_return ec;
 }
 
+// A plain request's head against the credential broker: a placeholder (its prefix, in the
+// method, the target as sent or percent-decoded, a field name or value) is misuse, a
+// secret's bytes are a leak.
+config::deny_reason client_conn::plain_head_refusal(const http::request_header<>& req,
+                                                    std::string_view origin_form) const {
+    constexpr std::string_view ph = "cordon-ph-";
+    const std::string decoded = percent_decoded(origin_form);
+    std::vector<std::string_view> parts{req.method_string(), origin_form, decoded};
+    for (const auto& field : req) {
+        parts.emplace_back(field.name_string().data(), field.name_string().size());
+        parts.emplace_back(field.value().data(), field.value().size());
+    }
+    const auto insp = rt_.inspection();
+    const inspect::credential_broker* b = insp ? insp->broker() : nullptr;
+    deny_reason found = deny_reason::none;
+    for (const std::string_view p : parts) {
+        if (b != nullptr) {
+            b->for_each([&](std::string_view, std::string_view value) {
+                if (p.find(value) != std::string_view::npos) {
+                    found = deny_reason::secret_leak;
+                }
+            });
+        }
+        if (found == deny_reason::none && p.find(ph) != std::string_view::npos) {
+            found = deny_reason::credential_misuse;
+        }
+    }
+    return found;
+}
+
 awaitable<bool> client_conn::handle_forward(request_state& st,
                                             http::request_parser<http::buffer_body>& parser,
                                             beast::flat_buffer& buffer,
@@ -329,16 +361,12 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
         co_return false;
     }
     // The credential broker's placeholders are injected only inside inspected tunnels: one
-    // in a plain request's head is misuse (the body is not scanned here: docs/inspect.md).
+    // in a plain request's head is misuse, a real secret's bytes a leak (the body is not
+    // scanned here: docs/inspect.md). The target is looked at as sent and decoded.
     if (!policy->source().secrets.empty()) {
-        constexpr std::string_view ph = "cordon-ph-";
-        bool carries = t.origin_form.find(ph) != std::string::npos;
-        for (const auto& field : req.base()) {
-            carries = carries || std::string_view(field.value().data(), field.value().size())
-                                         .find(ph) != std::string_view::npos;
-        }
-        if (carries) {
-            co_await deny(st, 403, deny_reason::credential_misuse);
+        const deny_reason r = plain_head_refusal(req, t.origin_form);
+        if (r != deny_reason::none) {
+            co_await deny(st, 403, r);
             co_return false;
         }
     }

@@ -23,6 +23,7 @@
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/response_reader.hpp"
 #include "proxy/data/responses.hpp"
+#include "proxy/data/stream_pump.hpp"
 #include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::data {
@@ -30,177 +31,6 @@ namespace {
 
 namespace ssl = boost::asio::ssl;
 using config::deny_reason;
-
-// A read that ends the stream: the peer's close_notify or a close without one (which
-// HTTP/1.1 framing makes harmless: a body cut short fails its framing, not this check).
-bool end_of_stream(const error_code& ec) {
-    return ec == net::error::eof || ec == ssl::error::stream_truncated;
-}
-
-enum class pump_end { done, read_error, write_error, refused };
-
-struct pump_result {
-    pump_end end = pump_end::done;
-    std::uint64_t written = 0;  ///< bytes written to `to`, head and framing included
-};
-
-// Forwards a message whose head `p` has parsed: `head`, then the body read through the
-// parser (framing enforced, chunking undone) one window at a time and written as it came
-// (re-chunked when `chunked`). Memory stays flat whatever the size. `accept`, when set, may
-// refuse a chunk before it is written (the upload budget, the credential scans); `rewrite`,
-// when set, replaces what it is made for in the stream (the secret by the placeholder on the
-// way back; `scratch` holds its output). Each wait is bounded by `idle`.
-template <class From, class Parser, class To>
-awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat_buffer& fb,
-                            Parser& p, http::buffer_body::value_type& body, To& to,
-                            beast::tcp_stream& to_raw, std::string_view head, bool chunked,
-                            std::chrono::milliseconds idle,
-                            const std::function<bool(std::string_view)>& accept, char* window,
-                            stream_replacer* rewrite, std::string& scratch) {
-    pump_result r;
-    chunked = chunked && !p.is_done();
-    p.eager(true);
-    for (;;) {
-        body.data = window;
-        body.size = body_window_size;
-        bool failed = false;
-        while (!p.is_done() && body.size > 0) {
-            if (fb.size() > 0) {
-                error_code ec;
-                const std::size_t n = p.put(fb.data(), ec);
-                fb.consume(n);
-                if (ec == http::error::need_buffer) {
-                    break;
-                }
-                if (ec && ec != http::error::need_more) {
-                    failed = true;
-                    break;
-                }
-                if (!ec && n > 0) {
-                    continue;
-                }
-            }
-            if (body.size < body_window_size) {
-                break;  // pass on what came before waiting for more
-            }
-            const std::size_t room = std::min<std::size_t>(64 * 1024, fb.max_size() - fb.size());
-            if (room == 0) {
-                failed = true;
-                break;
-            }
-            from_raw.expires_after(idle);
-            auto [ec, n] = co_await from.async_read_some(fb.prepare(room), use_nothrow);
-            from_raw.expires_never();
-            if (end_of_stream(ec)) {
-                error_code eec;
-                p.put_eof(eec);
-                failed = static_cast<bool>(eec);
-                break;
-            }
-            if (ec) {
-                failed = true;
-                break;
-            }
-            fb.commit(n);
-        }
-        if (failed) {
-            r.end = pump_end::read_error;
-            break;
-        }
-        std::size_t got = body_window_size - body.size;
-        if (got > 0 && accept && !accept(std::string_view(window, got))) {
-            r.end = pump_end::refused;
-            break;
-        }
-        const char* data = window;
-        if (rewrite != nullptr) {
-            scratch.clear();
-            rewrite->feed(std::string_view(window, got), scratch);
-            if (p.is_done()) {
-                rewrite->finish(scratch);
-            }
-            data = scratch.data();
-            got = scratch.size();
-        }
-        char size_line[24];
-        std::size_t size_len = 0;
-        if (chunked && got > 0) {
-            const auto [end, ec] = std::to_chars(size_line, size_line + 20, got, 16);
-            (void)ec;
-            end[0] = '\r';
-            end[1] = '\n';
-            size_len = static_cast<std::size_t>(end + 2 - size_line);
-        }
-        static constexpr std::string_view crlf = "\r\n";
-        static constexpr std::string_view last_chunk = "0\r\n\r\n";
-        const std::array<net::const_buffer, 5> out = {
-            net::buffer(head), net::buffer(size_line, size_len), net::buffer(data, got),
-            net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
-            net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
-        if (net::buffer_size(out) > 0) {
-            to_raw.expires_after(idle);
-            auto [wec, wn] = co_await net::async_write(to, out, use_nothrow);
-            to_raw.expires_never();
-            r.written += wn;
-            head = {};
-            if (wec) {
-                r.end = pump_end::write_error;
-                break;
-            }
-        }
-        if (p.is_done()) {
-            break;
-        }
-    }
-    co_return r;
-}
-
-// One direction of an upgraded (WebSocket) connection: bytes as they come, until either
-// side ends or nothing moves for `idle`.
-awaitable<std::uint64_t> copy_stream(tls_stream& from, beast::tcp_stream& from_raw, tls_stream& to,
-                                     beast::tcp_stream& to_raw, beast::flat_buffer& pending,
-                                     std::chrono::milliseconds idle,
-                                     const std::function<bool(std::string_view)>& accept) {
-    std::uint64_t total = 0;
-    std::array<char, 16 * 1024> buf{};
-    if (pending.size() > 0) {
-        if (accept && !accept(std::string_view(static_cast<const char*>(pending.data().data()),
-                                               pending.size()))) {
-            co_return total;
-        }
-        to_raw.expires_after(idle);
-        auto [ec, n] = co_await net::async_write(to, pending.data(), use_nothrow);
-        to_raw.expires_never();
-        total += n;
-        pending.consume(pending.size());
-        if (ec) {
-            co_return total;
-        }
-    }
-    for (;;) {
-        from_raw.expires_after(idle);
-        auto [ec, n] = co_await from.async_read_some(net::buffer(buf), use_nothrow);
-        from_raw.expires_never();
-        if (ec || n == 0) {
-            break;
-        }
-        if (accept && !accept(std::string_view(buf.data(), n))) {
-            break;
-        }
-        to_raw.expires_after(idle);
-        auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), use_nothrow);
-        to_raw.expires_never();
-        total += wn;
-        if (wec) {
-            break;
-        }
-    }
-    // Either side's end ends both: the other direction's read fails at once.
-    error_code ignored;
-    from_raw.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    to_raw.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    co_return total;
-}
 
 }  // namespace
 
@@ -228,9 +58,8 @@ awaitable<void> client_conn::serve_inspected(
     }
     tls_stream cs(client_, server_ssl);
     client_.expires_after(ps.handshake_timeout);
-    auto [hec, used] = co_await cs.async_handshake(ssl::stream_base::server,
-                                                   net::buffer(hello.data(), hello.size()),
-                                                   use_nothrow);
+    auto [hec, used] = co_await cs.async_handshake(
+        ssl::stream_base::server, net::buffer(hello.data(), hello.size()), use_nothrow);
     client_.expires_never();
     (void)used;
     hello.clear();
@@ -260,8 +89,8 @@ awaitable<void> client_conn::serve_inspected(
         if (closed_by_.empty()) {
             rt_.denied(control::denial{job, session, config::to_string(deny_reason::upstream_tls),
                                        st.log.target, "https"});
-            const std::string resp = deny_response(502, config::to_string(deny_reason::upstream_tls),
-                                                   job, st.log.target, why);
+            const std::string resp = deny_response(
+                502, config::to_string(deny_reason::upstream_tls), job, st.log.target, why);
             client_.expires_after(ps.idle_timeout);
             co_await net::async_write(cs, net::buffer(resp), use_nothrow);
             client_.expires_never();
@@ -290,6 +119,11 @@ awaitable<void> client_conn::serve_inspected(
         });
     }
 
+    // The secret that went out on this upstream connection, and its placeholder (views into
+    // the broker and `mine`): every later answer on it is redacted.
+    std::string_view sent_secret;
+    std::string_view sent_placeholder;
+
     // Requests, one at a time, keep-alive both sides.
     beast::flat_buffer cbuf(ps.max_header_bytes + 64 * 1024);
     beast::flat_buffer& ubuf = upstream_buffer_;
@@ -303,8 +137,8 @@ awaitable<void> client_conn::serve_inspected(
         client_.expires_never();
         if (!rh.refusal.empty() || rh.too_large || (rh.error && cbuf.size() > 0)) {
             const std::string_view why = !rh.refusal.empty() ? rh.refusal
-                                         : rh.too_large    ? "request header too large"
-                                                           : "incomplete request";
+                                         : rh.too_large      ? "request header too large"
+                                                             : "incomplete request";
             co_await refuse_inspected(cs, st, rh.too_large ? 431 : 400, deny_reason::bad_request,
                                       "", "", why);
             reason = "bad_request";
@@ -356,10 +190,9 @@ awaitable<void> client_conn::serve_inspected(
 
         // Decide this request on its own, on the path in normal form.
         const config::normal_path np = config::normalise_path(target);
-        const std::string audit_path = np.ok() ? inspected_path_for_audit(np.path, target)
-                                               : std::string(target.substr(
-                                                     0, std::min(target.find('?'),
-                                                                 std::size_t{2048})));
+        const std::string audit_path =
+            np.ok() ? inspected_path_for_audit(np.path, target)
+                    : std::string(target.substr(0, std::min(target.find('?'), std::size_t{2048})));
         const auto now_policy = rt_.policy();
         config::decide_args args;
         args.job = job;
@@ -373,8 +206,8 @@ awaitable<void> client_conn::serve_inspected(
         if (!md.effective.allowed()) {
             const bool bad_path = args.path_refused &&
                                   md.effective.reason == deny_reason::bad_request;
-            co_await refuse_inspected(cs, st, bad_path ? 400 : 403, md.effective.reason,
-                                      req_method, audit_path,
+            co_await refuse_inspected(cs, st, bad_path ? 400 : 403, md.effective.reason, req_method,
+                                      audit_path,
                                       bad_path ? std::string_view(np.error) : std::string_view());
             reason = config::to_string(md.effective.reason);
             break;
@@ -384,8 +217,8 @@ awaitable<void> client_conn::serve_inspected(
         if (const std::string_view why = restricted_refusal(md.effective.rule, req.method(),
                                                             has_body, req.base());
             !why.empty()) {
-            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method,
-                                      audit_path, why);
+            co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method, audit_path,
+                                      why);
             reason = "bad_request";
             break;
         }
@@ -396,10 +229,10 @@ awaitable<void> client_conn::serve_inspected(
         }
         // The credential broker: the session's placeholder becomes the real secret in the
         // header the rule names, and nothing else of the head may carry either.
-        const config::credential_spec* cred =
-            md.effective.rule != nullptr && md.effective.rule->credential
-                ? &*md.effective.rule->credential
-                : nullptr;
+        const config::credential_spec* cred = md.effective.rule != nullptr &&
+                                                      md.effective.rule->credential
+                                                  ? &*md.effective.rule->credential
+                                                  : nullptr;
         head_verdict hv;
         if (cred != nullptr || !secrets.empty()) {
             hv = judge_head(target, head_fields(head), cred, mine, secrets);
@@ -449,13 +282,43 @@ awaitable<void> client_conn::serve_inspected(
         f.out_head.append(" HTTP/1.1\r\nHost: ");
         f.out_head.append(st.log.target);  // host:port as the CONNECT named it
         f.out_head.append("\r\n");
+        // Content-Length written from the parsed value: "5, 5" or "005" never go on as sent.
+        filter.drop_content_length = true;
         append_end_to_end_lines(f.out_head, head_fields(head), filter);
+        if (const auto cl = parser.content_length(); cl && !parser.chunked()) {
+            f.out_head.append("Content-Length: ");
+            f.out_head.append(std::to_string(*cl));
+            f.out_head.append("\r\n");
+        }
+        if (!hv.placeholder.empty()) {
+            // The answer must be readable to be redacted: no compression, on the body or on
+            // WebSocket frames.
+            drop_fields(f.out_head, {"accept-encoding", "sec-websocket-extensions"});
+            f.out_head.append("Accept-Encoding: identity\r\n");
+        }
         if (upgrade) {
             f.out_head.append("Connection: upgrade\r\n");
         }
         f.out_head.append("\r\n");
+        // What was judged on the client's bytes must hold on the bytes sent: the only
+        // placeholder is the credentialed field's, and it becomes the secret there.
+        if (cred != nullptr || !secrets.empty()) {
+            if (const deny_reason r = splice_credential(f.out_head, cred, hv, secrets);
+                r != deny_reason::none) {
+                std::fill(f.out_head.begin(), f.out_head.end(), '\0');
+                co_await refuse_inspected(cs, st, 403, r, req_method, audit_path,
+                                          r == deny_reason::secret_leak
+                                              ? "the request carries a real credential"
+                                              : "a credential placeholder where no credential "
+                                                "is injected (in the request as it would be "
+                                                "sent)");
+                reason = config::to_string(r);
+                break;
+            }
+        }
         if (!hv.placeholder.empty()) {
-            replace_all(f.out_head, hv.placeholder, hv.secret_value);  // judged: exactly once
+            sent_secret = hv.secret_value;  // this upstream connection has seen it
+            sent_placeholder = hv.placeholder;
         }
         const bool client_keep_alive = req.keep_alive();
 
@@ -480,17 +343,23 @@ awaitable<void> client_conn::serve_inspected(
         std::string scratch;
         http::buffer_body::value_type& rbody = parser.get().body();
         const pump_result up = co_await pump(cs, client_, cbuf, parser, rbody, us, upstream_,
-                                             f.out_head, parser.chunked(), ps.idle_timeout,
-                                             admit, f.window, nullptr, scratch);
+                                             f.out_head, parser.chunked(), ps.idle_timeout, admit,
+                                             f.window, nullptr, scratch);
         st.log.bytes_up += up.written;
+        if (!sent_secret.empty()) {
+            std::fill(f.out_head.begin(), f.out_head.end(), '\0');  // it held the secret
+        }
         if (up.end != pump_end::done) {
             const bool refused = up.end == pump_end::refused;
-            if (refused && body_refusal != deny_reason::budget) {
+            if (refused) {
                 // The upstream has part of a request it must never complete: cut it.
                 abort(upstream_.socket());
                 co_await refuse_inspected(cs, st, 403, body_refusal, req_method, audit_path,
                                           body_refusal == deny_reason::secret_leak
-                                              ? "the request body carries a real credential"
+                                              ? "the request body carries a real "
+                                                "credential"
+                                          : body_refusal == deny_reason::budget
+                                              ? ""
                                               : "a credential placeholder in the request body");
                 reason = config::to_string(body_refusal);
                 break;
@@ -530,6 +399,9 @@ awaitable<void> client_conn::serve_inspected(
             f.out_head.append(rp_holder->status_line().substr(8));
             append_end_to_end_lines(f.out_head, rp_holder->field_lines(), field_filter{});
             f.out_head.append("\r\n");
+            if (!sent_secret.empty()) {
+                replace_all(f.out_head, sent_secret, sent_placeholder);
+            }
             client_.expires_after(ps.idle_timeout);
             auto [wec, wn] = co_await net::async_write(cs, net::buffer(f.out_head), use_nothrow);
             client_.expires_never();
@@ -558,17 +430,44 @@ awaitable<void> client_conn::serve_inspected(
         const bool switching = upgrade && rp.status() == 101;
         // A credentialed answer has the secret replaced by the placeholder, which changes
         // its length: a body goes out chunked (HTTP/1.0 clients: delimited by the close).
-        const bool redact = !hv.placeholder.empty();
+        // Every answer on an upstream connection the secret went out on is redacted.
+        const bool redact = !sent_secret.empty();
+        if (redact && !switching) {
+            // Bytes cordon cannot read cannot be redacted: a compressed or otherwise encoded
+            // answer is not passed on.
+            const std::string_view ce = field_value(rp.field_lines(), "content-encoding");
+            const std::string_view te = field_value(rp.field_lines(), "transfer-encoding");
+            if ((!ce.empty() && !beast::iequals(ce, "identity")) ||
+                (!te.empty() && !beast::iequals(te, "chunked"))) {
+                const std::string resp = deny_response(
+                    502, "", job, st.log.target,
+                    "the upstream answered a credentialed request with an encoded body "
+                    "(Content-Encoding or Transfer-Encoding) cordon cannot redact");
+                client_.expires_after(ps.idle_timeout);
+                co_await net::async_write(cs, net::buffer(resp), use_nothrow);
+                client_.expires_never();
+                http_note n{req_method, audit_path, 502};
+                n.bytes_up = up.written;
+                n.message = "an encoded answer on a credentialed request: not passed on";
+                n.credential = hv.secret_name;
+                write_http_request(n);
+                reason = "upstream_error";
+                break;
+            }
+        }
         const bool rechunk = redact && !switching && !rp.is_done() && !rp.chunked();
-        const bool keep = !switching && client_keep_alive && rp.keep_alive() &&
-                          !(rechunk && req.version() < 11);
+        // HTTP/1.0 clients get no chunked body: such answers end with the connection.
+        const bool unchunk = req.version() < 11 && !rp.is_done() && (rp.chunked() || rechunk);
+        const bool keep = !switching && client_keep_alive && rp.keep_alive() && !unchunk;
         std::string& out = f.out_head;
         out.clear();
         out.append(rp.status_line());
         field_filter rfilter{switching, false, false};
         rfilter.drop_content_length = rechunk;
         append_end_to_end_lines(out, rp.field_lines(), rfilter);
-        if (rechunk && req.version() >= 11) {
+        if (unchunk) {
+            drop_fields(out, {"transfer-encoding"});
+        } else if (rechunk) {
             out.append("Transfer-Encoding: chunked\r\n");
         }
         if (const std::string_view c = response_connection(rp.version(), keep, switching);
@@ -579,13 +478,13 @@ awaitable<void> client_conn::serve_inspected(
         }
         out.append("\r\n");
         if (redact) {
-            replace_all(out, hv.secret_value, hv.placeholder);
+            replace_all(out, sent_secret, sent_placeholder);
         }
-        stream_replacer back(hv.secret_value, hv.placeholder);
-        const pump_result down = co_await pump(
-            us, upstream_, ubuf, rp, rp.body, cs, client_, out,
-            rp.chunked() || (rechunk && req.version() >= 11), ps.idle_timeout, no_limit,
-            f.window, redact ? &back : nullptr, scratch);
+        stream_replacer back(sent_secret, sent_placeholder);
+        const pump_result down = co_await pump(us, upstream_, ubuf, rp, rp.body, cs, client_, out,
+                                               (rp.chunked() || rechunk) && !unchunk,
+                                               ps.idle_timeout, no_limit, f.window,
+                                               redact ? &back : nullptr, scratch);
         st.log.bytes_down += down.written;
         http_note n{req_method, audit_path, static_cast<int>(rp.status())};
         n.would_deny = md.would_deny;
@@ -603,14 +502,12 @@ awaitable<void> client_conn::serve_inspected(
             using namespace net::experimental::awaitable_operators;
             // Frames cannot be rewritten: on a credentialed rule a secret coming back, or a
             // placeholder or secret going out, ends the connection instead.
-            stream_scanner back_scan(secrets);
-            const std::function<bool(std::string_view)> down_check =
-                [&](std::string_view chunk) {
-                    return !redact || back_scan.feed(chunk) != deny_reason::secret_leak;
-                };
-            auto both =
-                copy_stream(cs, client_, us, upstream_, cbuf, ps.idle_timeout, admit) &&
-                copy_stream(us, upstream_, cs, client_, ubuf, ps.idle_timeout, down_check);
+            stream_scanner back_scan(secrets, false);
+            const std::function<bool(std::string_view)> down_check = [&](std::string_view chunk) {
+                return !redact || back_scan.feed(chunk) == deny_reason::none;
+            };
+            auto both = copy_stream(cs, client_, us, upstream_, cbuf, ps.idle_timeout, admit) &&
+                        copy_stream(us, upstream_, cs, client_, ubuf, ps.idle_timeout, down_check);
             const auto [a, b] = co_await std::move(both);
             st.log.bytes_up += a;
             st.log.bytes_down += b;
@@ -618,6 +515,12 @@ awaitable<void> client_conn::serve_inspected(
             break;
         }
         if (!keep) {
+            break;
+        }
+        if (ubuf.size() > 0) {
+            // Bytes past a complete answer: the upstream answered more than was asked (a
+            // smuggled request?). Its next answer could be anyone's: the tunnel ends.
+            reason = "upstream_error";
             break;
         }
     }
@@ -666,12 +569,12 @@ void client_conn::write_http_request(const http_note& n) {
     }
     sink_.write(std::move(r));
     using alerts::http_outcome;
-    rt_.stats.job(job).count_http_request(n.reason != deny_reason::none       ? http_outcome::denied
-                                          : n.would_deny != deny_reason::none ? http_outcome::would_deny
-                                          : n.status == 0                      ? http_outcome::error
-                                          : n.status == 502 && !n.message.empty()
-                                              ? http_outcome::error
-                                              : http_outcome::allowed);
+    rt_.stats.job(job).count_http_request(
+        n.reason != deny_reason::none           ? http_outcome::denied
+        : n.would_deny != deny_reason::none     ? http_outcome::would_deny
+        : n.status == 0                         ? http_outcome::error
+        : n.status == 502 && !n.message.empty() ? http_outcome::error
+                                                : http_outcome::allowed);
 }
 
 // A request refused inside the tunnel: the answer (403 or 400, X-Cordon-Deny and the JSON

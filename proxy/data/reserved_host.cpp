@@ -54,8 +54,9 @@ awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client,
         const bool keep = req.keep_alive() && parser.is_done();
         std::string resp;
         if (!insp) {
-            resp = json_reply(404, error_body("no inspection CA: the policy has no `inspect` "
-                                              "section"),
+            resp = json_reply(404,
+                              error_body("no inspection CA: the policy has no `inspect` "
+                                         "section"),
                               keep);
         } else {
             const std::string& pem = insp->ca_pem();
@@ -64,8 +65,7 @@ awaitable<bool> serve_reserved(control::runtime& rt, beast::tcp_stream& client,
                    std::to_string(pem.size()) + "\r\n" + (keep ? "" : "Connection: close\r\n") +
                    "\r\n" + pem;
         }
-        auto [wec, wn] = co_await net::async_write(client.socket(), net::buffer(resp),
-                                                   use_nothrow);
+        auto [wec, wn] = co_await net::async_write(client.socket(), net::buffer(resp), use_nothrow);
         (void)wn;
         co_return !wec && keep;
     }

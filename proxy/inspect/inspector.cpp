@@ -29,8 +29,8 @@ int alpn_slot() {
 // Server side: http/1.1 if the client offers it; a client that offers ALPN without it (h2
 // only) gets a fatal no_application_protocol alert, and the connection is marked so the
 // data plane can say why. A client without ALPN speaks HTTP/1.1 by default.
-int select_alpn(SSL* ssl, const unsigned char** out, unsigned char* outlen,
-                const unsigned char* in, unsigned int inlen, void*) {
+int select_alpn(SSL* ssl, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                unsigned int inlen, void*) {
     for (unsigned int i = 0; i < inlen;) {
         const unsigned int len = in[i];
         if (len == 0 || i + 1 + len > inlen) {
@@ -156,8 +156,9 @@ std::shared_ptr<inspector> inspector::load(const config::inspect_spec& spec,
     auto out = from_pem(*cert, *key, bundle, spec.leaf_ttl, spec.leaf_cache, error);
     if (!out) {
         // Say which file: the CA's checks name the certificate or the key, the bundle's own.
-        error = (error.starts_with("upstream_ca") ? "inspect." : "inspect.ca (" + spec.ca_cert +
-                                                                     ", " + spec.ca_key + "): ") +
+        error = (error.starts_with("upstream_ca")
+                     ? "inspect."
+                     : "inspect.ca (" + spec.ca_cert + ", " + spec.ca_key + "): ") +
                 error;
         return nullptr;
     }
@@ -183,8 +184,8 @@ std::shared_ptr<inspector> inspector::from_pem(std::string_view ca_cert, std::st
     std::shared_ptr<inspector> out(new inspector(ca, leaf_ttl, leaf_cache_size));
     out->server_ctx_ = SSL_CTX_new(TLS_server_method());
     out->upstream_ctx_ = SSL_CTX_new(TLS_client_method());
-    if (out->server_ctx_ == nullptr || out->upstream_ctx_ == nullptr ||
-        !harden(out->server_ctx_) || !harden(out->upstream_ctx_)) {
+    if (out->server_ctx_ == nullptr || out->upstream_ctx_ == nullptr || !harden(out->server_ctx_) ||
+        !harden(out->upstream_ctx_)) {
         error = last_error("TLS contexts");
         return nullptr;
     }

@@ -156,8 +156,8 @@ std::unique_ptr<credential_broker> credential_broker::from_values(
     const long page = ::sysconf(_SC_PAGESIZE);
     const std::size_t ps = page > 0 ? static_cast<std::size_t>(page) : 4096;
     b->mapped_ = std::max<std::size_t>(ps, (total + ps - 1) / ps * ps);
-    void* p = ::mmap(nullptr, b->mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+    void* p = ::mmap(nullptr, b->mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                     0);
     if (p == MAP_FAILED) {
         error = std::string("secrets: mmap: ") + std::strerror(errno);
         b->mapped_ = 0;

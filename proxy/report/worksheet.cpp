@@ -226,6 +226,29 @@ section identity(const config::job& j, const std::optional<running_state>& st) {
                             id.revoke.has_value(),
                             id.revoke ? "identity.revoke runs at session end and on a kill"
                                       : std::string("no identity.revoke in the job card")));
+    // The credential broker: which secrets the sandbox holds only as placeholders.
+    std::vector<std::string> brokered;
+    for (const auto& [var, secret] : j.credentials) {
+        brokered.push_back(var + " -> " + secret);
+    }
+    s.facts.push_back({"brokered_secrets", "Brokered secrets (variable -> secret)", brokered});
+    std::vector<std::string> injected;
+    for (const auto& r : j.egress) {
+        if (r.credential) {
+            injected.push_back(r.credential->secret + " on " + r.describe() + " (" +
+                               r.credential->header + ")");
+        }
+    }
+    s.checks.push_back(tick(
+        "no_key_in_sandbox", "No real API key enters the sandbox", !j.credentials.empty(),
+        j.credentials.empty()
+            ? std::string("no credentials in the job card: keys the agent needs would have to "
+                          "be passed in its environment")
+            : "the sandbox holds placeholders bound to its session; cordon injects the real "
+              "value only on " +
+                  join(injected, ", ") +
+                  " and refuses a placeholder anywhere else (credential_misuse) and a secret's "
+                  "bytes going out (secret_leak)"));
     const bool refused = j.env_allow_long_lived.empty();
     s.checks.push_back(
         tick("long_lived_refused", "Long-lived keys refused", refused,

@@ -257,6 +257,7 @@ def jobs_yaml():
         "        protocol: https\n"
         f"        {res}\n"
         "        credential: { secret: openai, header: Authorization, format: \"Bearer {}\" }\n"
+        "        http: [{ paths: [\"/**\"] }]\n"
         "    credentials: { OPENAI_API_KEY: openai }\n"
         "    identity: { ttl: 30m }\n"
         "  watcher:\n"
@@ -679,6 +680,45 @@ class CredentialBrokerTests(unittest.TestCase):
         self.assertEqual(counts, {"credential_misuse": 5, "credential_required": 2,
                                   "secret_leak": 1})
 
+    def raw_tls(self, host):
+        c, r = self.cordon.tunnel(self.s, f"{host}:{ORIGINS[host].port}")
+        self.assertEqual(r.status, 200)
+        ctx = ssl.create_default_context(cafile=os.path.join(self.ca, "ca.pem"))
+        c.sock = ctx.wrap_socket(c.sock, server_hostname=host)
+        return c
+
+    def test_the_placeholder_where_the_sent_bytes_would_carry_the_secret_is_refused(self):
+        # Judged on the bytes sent, not only those received: an encoded placeholder the
+        # path's normal form decodes, the placeholder as the method, the credentialed field
+        # removed by the client's own Connection field.
+        m = uuid.uuid4().hex[:8]
+        enc = "%63" + self.ph[1:]
+        port = self.llm.port
+        auth = f"Authorization: Bearer {self.ph}\r\n"
+        heads = [
+            f"GET /echo/{m}/{enc} HTTP/1.1\r\nHost: llm.test:{port}\r\n{auth}\r\n",
+            f"{self.ph} /echo/{m} HTTP/1.1\r\nHost: llm.test:{port}\r\n{auth}\r\n",
+            f"GET /echo/{m}/{enc} HTTP/1.1\r\nHost: llm.test:{port}\r\n"
+            f"Connection: Authorization\r\n{auth}\r\n",
+        ]
+        for head in heads:
+            c = self.raw_tls("llm.test")
+            c.send(head.encode())
+            try:
+                r = c.read_response(10)
+            finally:
+                c.close()
+            self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "credential_misuse"),
+                             (head, r.body))
+        self.assertEqual(self.llm.matching(m), [])
+
+    def test_a_credentialed_request_asks_for_an_answer_cordon_can_read(self):
+        m = uuid.uuid4().hex[:8]
+        p = self.curl("llm.test", f"/echo?{m}", "-H", f"Authorization: Bearer {self.ph}",
+                      "-H", "Accept-Encoding: gzip, br")
+        self.assertEqual(self.status_and_reason(p)[0], 200)
+        self.assertEqual(self.llm.matching(m)[0]["headers"]["accept-encoding"], "identity")
+
     def test_a_placeholder_late_in_a_large_body_is_caught_before_it_goes_upstream(self):
         m = uuid.uuid4().hex[:8]
         body = b"x" * (200 * 1024) + self.ph.encode() + b"y" * 1000
@@ -713,6 +753,60 @@ class CredentialBrokerTests(unittest.TestCase):
         # and with another session's credentials, the placeholder is another session's
         p = self.curl("llm.test", "/echo?cross", "-H", f"Authorization: Bearer {ph}")
         self.assertEqual(self.status_and_reason(p)[1], "credential_misuse")
+
+
+def namespaces_unavailable():
+    """Why `cordon run` cannot run here, or None (as test_run.py decides)."""
+    try:
+        r = subprocess.run(["unshare", "-mpnui", "--fork", "--mount-proc", "true"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unshare failed: {e}"
+    return None if r.returncode == 0 else "mount/PID/network namespaces unavailable here"
+
+
+class RunWithInspectionTests(unittest.TestCase):
+    """`cordon run` gives the sandbox the placeholders and cordon's CA, so an unmodified
+    curl inside reaches the credentialed host with the real key never in the sandbox."""
+
+    @classmethod
+    def setUpClass(cls):
+        why = namespaces_unavailable()
+        if why:
+            raise unittest.SkipTest(why)
+        cls.ca = cordon_ca_dir()
+        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(cls.ca),
+                              listen_dns="127.0.0.1:0",
+                              dns_yaml="  rate_limit: { qps: 10000, burst: 10000 }\n").start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cordon.stop()
+        cls.cordon.cleanup()
+
+    def test_the_sandbox_holds_a_placeholder_and_trusts_cordons_ca(self):
+        port = ORIGINS["llm.test"].port
+        m = uuid.uuid4().hex[:8]
+        script = (f'printf "%s\\n" "$OPENAI_API_KEY" "$SSL_CERT_FILE" "$NODE_EXTRA_CA_CERTS"; '
+                  f'curl -sS "https://llm.test:{port}/echo?{m}" '
+                  f'-H "Authorization: Bearer $OPENAI_API_KEY"')
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "CORDON_ADMIN": "http://%s:%d" % self.cordon.admin_addr,
+               "CORDON_ADMIN_TOKEN_FILE": self.cordon.token_file,
+               "OPENAI_API_KEY": REAL_SECRET}  # the host's own key must not leak in
+        r = subprocess.run([self.cordon.bin, "run", "--job", "coder",
+                            "--dns", "%s:%d" % self.cordon.dns_addr, "--", "sh", "-c", script],
+                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("cordon-ph-"), r.stdout)
+        self.assertEqual(lines[1:3], ["/etc/ssl/certs/ca-certificates.crt"] * 2)
+        self.assertIn(f'"auth": "Bearer {lines[0]}"', r.stdout)
+        self.assertNotIn(REAL_SECRET, r.stdout + r.stderr)
+        seen = ORIGINS["llm.test"].matching(m)
+        self.assertEqual([x["headers"]["authorization"] for x in seen], [f"Bearer {REAL_SECRET}"])
 
 
 class CaInitAndPolicyTests(unittest.TestCase):

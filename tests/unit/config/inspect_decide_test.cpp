@@ -95,10 +95,11 @@ TEST_CASE("inspect: the section loads with its defaults and limits") {
     CHECK(spec->leaf_cache == 500);
     CHECK(to_string(p->source().jobs[0].egress[0].proto) == "https");
 
-    const auto d = load_policy("listen: { proxy: 127.0.0.1:3128 }\n"
-                               "inspect: { ca: { cert: /a.pem, key: /a.key }, upstream_ca: system }\n"
-                               "jobs: {}\n",
-                               "p.yaml");
+    const auto d = load_policy(
+        "listen: { proxy: 127.0.0.1:3128 }\n"
+        "inspect: { ca: { cert: /a.pem, key: /a.key }, upstream_ca: system }\n"
+        "jobs: {}\n",
+        "p.yaml");
     REQUIRE(d.ok());
     CHECK_FALSE(d.value->inspect->upstream_ca);  // system: the system's roots
     CHECK(d.value->inspect->leaf_ttl == std::chrono::hours(24));
@@ -107,8 +108,8 @@ TEST_CASE("inspect: the section loads with its defaults and limits") {
 TEST_CASE("inspect: errors say what to write") {
     const std::string head = "listen: { proxy: 127.0.0.1:3128 }\njobs: {}\n";
     CHECK(any_contains(errors_of(head + "inspect: {}\n"), "missing key 'ca'"));
-    CHECK(any_contains(errors_of(head + "inspect: { ca: { cert: /a.pem } }\n"),
-                       "missing key 'key'"));
+    CHECK(
+        any_contains(errors_of(head + "inspect: { ca: { cert: /a.pem } }\n"), "missing key 'key'"));
     CHECK(any_contains(errors_of(head + "inspect: { ca: { cert: /a.pem, key: /a.key }, "
                                         "leaf_ttl: 10m }\n"),
                        "inspect.leaf_ttl"));
@@ -156,9 +157,9 @@ TEST_CASE("inspect: a CONNECT to an https rule is allowed as for tls; requests i
     REQUIRE(c.allowed());
     CHECK(c.rule->proto == protocol::https);
 
-    CHECK(ask(*p, "coder", "api.example.com", request_kind::inspected, "POST",
-              "/v1/chat/completions")
-              .allowed());
+    CHECK(
+        ask(*p, "coder", "api.example.com", request_kind::inspected, "POST", "/v1/chat/completions")
+            .allowed());
     CHECK(ask(*p, "coder", "api.example.com", request_kind::inspected, "GET", "/v1/models/x/y")
               .allowed());
     const decision d = ask(*p, "coder", "api.example.com", request_kind::inspected, "GET",
@@ -257,17 +258,32 @@ TEST_CASE("credentials: secrets, a rule's credential and the job's placeholders 
                        "cannot carry"));
     CHECK(any_contains(replace("\"Bearer {}\"", "\"Bearer\""), "exactly one {}"));
     CHECK(any_contains(replace("\"Bearer {}\"", "\"{} {}\""), "exactly one {}"));
-    CHECK(any_contains(replace("protocol: https", "protocol: tls"),
-                       "only on protocol: https"));
-    CHECK(any_contains(replace("{ file: /etc/cordon/secrets/openai }",
-                               "{ file: /a, env: B }"),
+    CHECK(any_contains(replace("protocol: https", "protocol: tls"), "only on protocol: https"));
+    CHECK(any_contains(replace("{ file: /etc/cordon/secrets/openai }", "{ file: /a, env: B }"),
                        "exactly one of 'file'"));
     CHECK(any_contains(replace("{ file: /etc/cordon/secrets/openai }", "{ file: rel }"),
                        "not an absolute path"));
     CHECK(any_contains(replace("{ OPENAI_API_KEY: openai }", "{ 1BAD: openai }"),
                        "not a variable name"));
     std::string no_inspect = good;
-    no_inspect.erase(no_inspect.find("inspect:"), no_inspect.find("secrets:") -
-                                                      no_inspect.find("inspect:"));
+    no_inspect.erase(no_inspect.find("inspect:"),
+                     no_inspect.find("secrets:") - no_inspect.find("inspect:"));
     CHECK(any_contains(errors_of(no_inspect), "needs the 'inspect' section"));
+}
+
+TEST_CASE("credentials: never on a wildcard host") {
+    const auto errors = errors_of(R"(listen: { proxy: 127.0.0.1:3128 }
+inspect: { ca: { cert: /a.pem, key: /a.key } }
+secrets: { openai: { file: /etc/cordon/secrets/openai } }
+jobs:
+  a:
+    task: t
+    egress:
+      - host: "*.openai.azure.com"
+        ports: [443]
+        protocol: https
+        credential: { secret: openai, header: api-key }
+    credentials: { OPENAI_API_KEY: openai }
+)");
+    CHECK(any_contains(errors, "never to every name below a wildcard"));
 }

@@ -405,3 +405,12 @@ TEST_CASE("redact: credentials in headers and URLs never pass", "[redact][contra
     // cordon's own proxy tokens (64 lower-case hex) anywhere in text.
     CHECK(redact_text("proxy token " + hex64 + ".").find(hex64) == std::string::npos);
 }
+
+TEST_CASE("redact_text: credential placeholders, glued to other text too") {
+    using cordon::proxy::audit::redact_text;
+    const std::string ph = "cordon-ph-0123456789abcdef0123456789abcdef01234567";
+    CHECK(redact_text("Bearer? no: " + ph) == "Bearer? no: REDACTED");
+    CHECK(redact_text("/v1/x" + ph + "/y") == "/v1/xREDACTED/y");
+    CHECK(redact_text("GET " + ph) == "GET REDACTED");
+    CHECK(redact_text("cordon-ph-short") == "cordon-ph-short");  // not the shape: kept
+}

@@ -222,3 +222,71 @@ TEST_CASE("replace_all") {
     CHECK(s == "a-YY-b-YY");
     CHECK(replace_all(s, "", "z") == 0);
 }
+
+TEST_CASE("splice_credential: judged again on the head as it is sent") {
+    const fixture f;
+    const std::string ph = f.ph();
+    const auto verdict = [&](const std::string& fields) { return f.judge("/v1/x", fields); };
+    SECTION("the one placeholder, in the credentialed line, becomes the secret") {
+        const head_verdict v = verdict("Authorization: Bearer " + ph + "\r\n");
+        REQUIRE(v.reason == deny_reason::none);
+        std::string out = "POST /v1/x HTTP/1.1\r\nHost: a:443\r\nAuthorization: Bearer " + ph +
+                          "\r\n\r\n";
+        CHECK(splice_credential(out, &f.cred, v, f.secrets) == deny_reason::none);
+        CHECK(out ==
+              "POST /v1/x HTTP/1.1\r\nHost: a:443\r\nAuthorization: Bearer " + real + "\r\n\r\n");
+    }
+    SECTION("a placeholder the normal form decoded into the path (%63ordon-ph-...)") {
+        const head_verdict v = verdict("Authorization: Bearer " + ph + "\r\n");
+        std::string out = "GET /v1/" + ph + " HTTP/1.1\r\nAuthorization: Bearer " + ph + "\r\n\r\n";
+        CHECK(splice_credential(out, &f.cred, v, f.secrets) == deny_reason::credential_misuse);
+        CHECK(out.find(real) == std::string::npos);
+    }
+    SECTION("the placeholder as the method") {
+        const head_verdict v = verdict("Authorization: Bearer " + ph + "\r\n");
+        std::string out = ph + " /v1/x HTTP/1.1\r\nAuthorization: Bearer " + ph + "\r\n\r\n";
+        CHECK(splice_credential(out, &f.cred, v, f.secrets) == deny_reason::credential_misuse);
+    }
+    SECTION("the credentialed field dropped (Connection: Authorization), the path keeps it") {
+        const head_verdict v = verdict("Authorization: Bearer " + ph + "\r\n");
+        std::string out = "GET /v1/" + ph + " HTTP/1.1\r\nHost: a:443\r\n\r\n";
+        CHECK(splice_credential(out, &f.cred, v, f.secrets) == deny_reason::credential_misuse);
+        CHECK(out.find(real) == std::string::npos);
+    }
+    SECTION("in another field as sent") {
+        const head_verdict v = verdict("Authorization: Bearer " + ph + "\r\n");
+        std::string out = "GET / HTTP/1.1\r\nX-A: " + ph + "\r\n\r\n";
+        CHECK(splice_credential(out, &f.cred, v, f.secrets) == deny_reason::credential_misuse);
+    }
+    SECTION("no credential: no placeholder may go, nor a secret") {
+        std::string out = "GET /" + ph + " HTTP/1.1\r\n\r\n";
+        CHECK(splice_credential(out, nullptr, head_verdict{}, f.secrets) ==
+              deny_reason::credential_misuse);
+        std::string leak = "GET /?k=" + real + " HTTP/1.1\r\n\r\n";
+        CHECK(splice_credential(leak, nullptr, head_verdict{}, f.secrets) ==
+              deny_reason::secret_leak);
+        std::string clean = "GET / HTTP/1.1\r\n\r\n";
+        CHECK(splice_credential(clean, nullptr, head_verdict{}, f.secrets) == deny_reason::none);
+    }
+}
+
+TEST_CASE("stream_scanner: a secret after a placeholder in the same read is still a leak") {
+    const fixture f;
+    stream_scanner s(f.secrets);
+    CHECK(s.feed(f.ph() + " then " + real) == deny_reason::secret_leak);
+    // Secrets only (the way back of a WebSocket): placeholders are no finding there.
+    stream_scanner back(f.secrets, false);
+    CHECK(back.feed(f.ph()) == deny_reason::none);
+    CHECK(back.feed("xx" + real.substr(0, 5)) == deny_reason::none);
+    CHECK(back.feed(real.substr(5)) == deny_reason::secret_leak);
+}
+
+TEST_CASE("drop_fields, field_value, percent_decoded") {
+    std::string head =
+        "GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nX-A: 1\r\naccept-encoding: br\r\n";
+    CHECK(drop_fields(head, {"accept-encoding", "sec-websocket-extensions"}) == 2);
+    CHECK(head == "GET / HTTP/1.1\r\nX-A: 1\r\n");
+    CHECK(field_value("A: 1\r\nContent-Encoding: gzip\r\n", "content-encoding") == "gzip");
+    CHECK(field_value("A: 1\r\n", "content-encoding").empty());
+    CHECK(percent_decoded("/v1/%63ordon-ph-%2F%zz%4") == "/v1/cordon-ph-/%zz%4");
+}

@@ -215,7 +215,8 @@ TEST_CASE("inspector: the upstream side verifies chain and name against upstream
         SSL* server = stranger_server->server_session("api.test", error);
         const handshake h = run(client, server);
         CHECK_FALSE(h.client_ok);
-        CHECK_THAT(inspector::handshake_error(client), Catch::Contains("certificate verify failed"));
+        CHECK_THAT(inspector::handshake_error(client),
+                   Catch::Contains("certificate verify failed"));
         SSL_free(client);
         SSL_free(server);
     }

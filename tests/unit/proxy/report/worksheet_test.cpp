@@ -344,3 +344,27 @@ TEST_CASE("worksheet: the denial alert rules are those of dashboards/alerts.yaml
         CHECK(found);
     }
 }
+
+TEST_CASE("worksheet: the identity section names the brokered secrets and where they go") {
+    const config::policy p = load_text(R"(listen: { proxy: 127.0.0.1:3128 }
+inspect: { ca: { cert: /etc/cordon/ca/ca.pem, key: /etc/cordon/ca/ca.key } }
+secrets: { openai: { file: /etc/cordon/secrets/openai } }
+jobs:
+  coder:
+    task: t
+    egress:
+      - host: api.openai.com
+        ports: [443]
+        protocol: https
+        credential: { secret: openai, header: Authorization, format: "Bearer {}" }
+    credentials: { OPENAI_API_KEY: openai }
+  plain:
+    task: t
+)");
+    const model m = build(p, p.jobs[0], std::nullopt, at);
+    const check& c = find_check(m, "identity", "no_key_in_sandbox");
+    CHECK(c.ticked);
+    CHECK_THAT(c.why, Catch::Contains("openai on api.openai.com:443/https (Authorization)"));
+    const model m2 = build(p, p.jobs[1], std::nullopt, at);
+    CHECK_FALSE(find_check(m2, "identity", "no_key_in_sandbox").ticked);
+}
