@@ -80,7 +80,8 @@ FAMILIES = {
 REASONS = ("no_rule", "port", "protocol", "method", "private_address", "bad_request",
            "unknown_job", "sni_mismatch", "kill_switch", "session_killed", "token_expired",
            "auth", "limit", "budget", "policy_changed", "token_revoked", "session_ended",
-           "audit_unavailable", "http_rule", "no_session", "qtype", "other")
+           "audit_unavailable", "http_rule", "upstream_tls", "credential_misuse",
+           "credential_required", "secret_leak", "no_session", "qtype", "other")
 
 
 def L(**kw):
