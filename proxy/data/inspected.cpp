@@ -127,7 +127,6 @@ awaitable<void> client_conn::serve_inspected(
     // Requests, one at a time, keep-alive both sides.
     beast::flat_buffer cbuf(ps.max_header_bytes + 64 * 1024);
     beast::flat_buffer& ubuf = upstream_buffer_;
-    forward_state& f = fwd();
     const config::target host_target{st.target.host, st.target.port, {}, st.log.target};
     std::string reason = "eof";
     for (;;) {
@@ -187,6 +186,8 @@ awaitable<void> client_conn::serve_inspected(
             reason = "bad_request";
             break;
         }
+
+        forward_state& f = fwd();  // released again once the exchange is over
 
         // Decide this request on its own, on the path in normal form.
         const config::normal_path np = config::normalise_path(target);
@@ -522,6 +523,13 @@ awaitable<void> client_conn::serve_inspected(
             // smuggled request?). Its next answer could be anyone's: the tunnel ends.
             reason = "upstream_error";
             break;
+        }
+        // Idle until the next request: no per-request buffers held meanwhile (the window
+        // and heads, the upstream's read buffer; the client's unless a request is waiting).
+        fwd_.reset();
+        ubuf.shrink_to_fit();
+        if (cbuf.size() == 0) {
+            cbuf.shrink_to_fit();
         }
     }
     // close_notify to each side, bounded: a peer that does not read it cannot hold us.

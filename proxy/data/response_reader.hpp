@@ -107,7 +107,8 @@ awaitable<error_code> read_response_head(AsyncReadStream& s, beast::flat_buffer&
             }
             ec = {};
         }
-        const std::size_t room = std::min<std::size_t>(64 * 1024,
+        // 16 KiB: a TLS record's most; a connection idle after it holds no more.
+        const std::size_t room = std::min<std::size_t>(16 * 1024,
                                                        buffer.max_size() - buffer.size());
         if (room == 0) {
             ec = http::error::buffer_overflow;

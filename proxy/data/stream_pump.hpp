@@ -72,7 +72,7 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
             if (body.size < body_window_size) {
                 break;  // pass on what came before waiting for more
             }
-            const std::size_t room = std::min<std::size_t>(64 * 1024, fb.max_size() - fb.size());
+            const std::size_t room = std::min<std::size_t>(16 * 1024, fb.max_size() - fb.size());
             if (room == 0) {
                 failed = true;
                 break;
