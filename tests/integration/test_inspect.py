@@ -738,6 +738,38 @@ class CredentialBrokerTests(unittest.TestCase):
         for rec in self.api.matching(m):
             self.assertLess(rec["body_len"], 200 * 1024 + len(self.ph))
 
+    def test_node_https_through_a_connect_agent(self):
+        # Node's own https client over a CONNECT tunnel, trusting cordon's CA through
+        # NODE_EXTRA_CA_CERTS (what `cordon run` sets), with the placeholder as its key.
+        m = uuid.uuid4().hex[:8]
+        script = r"""
+const http = require('http'), https = require('https'), tls = require('tls');
+const [proxyPort, auth, host, port, path, key] = process.argv.slice(1);
+const c = http.request({host: '127.0.0.1', port: +proxyPort, method: 'CONNECT',
+                        path: host + ':' + port, headers: {'Proxy-Authorization': auth}});
+c.on('connect', (res, socket) => {
+  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(1); }
+  const r = https.request({host, port: +port, path, headers: {Authorization: 'Bearer ' + key},
+                           createConnection: () => tls.connect({socket, servername: host})},
+    (resp) => { let b = ''; resp.on('data', (d) => b += d);
+                resp.on('end', () => { console.log(resp.statusCode); console.log(b); }); });
+  r.on('error', (e) => { console.log('error ' + e.message); process.exit(1); });
+  r.end();
+});
+c.end();
+"""
+        env = dict(os.environ, NODE_EXTRA_CA_CERTS=os.path.join(self.ca, "ca.pem"))
+        p = subprocess.run(["node", "-e", script, str(self.cordon.proxy_addr[1]),
+                            H.basic(self.s["id"], self.s["token"]), "llm.test",
+                            str(self.llm.port), f"/echo?{m}", self.ph],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+                           env=env)
+        self.assertEqual(p.stdout.split("\n")[0], "200", (p.stdout, p.stderr))
+        self.assertIn(f'"auth": "Bearer {self.ph}"', p.stdout)
+        self.assertNotIn(REAL_SECRET, p.stdout)
+        self.assertEqual(self.llm.matching(m)[0]["headers"]["authorization"],
+                         f"Bearer {REAL_SECRET}")
+
     def test_a_killed_session_makes_its_placeholder_worthless(self):
         s = self.cordon.create_session("coder")
         ph = s["credentials"]["OPENAI_API_KEY"]
