@@ -99,6 +99,21 @@ bool segment_matches(std::string_view pat, std::string_view seg) {
 
 }  // namespace
 
+std::string percent_decoded(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
+            hex_value(s[i + 2]) >= 0) {
+            out.push_back(static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2])));
+            i += 2;
+        } else {
+            out.push_back(s[i]);
+        }
+    }
+    return out;
+}
+
 std::string normal_path::origin_form() const { return has_query ? path + "?" + query : path; }
 
 normal_path normalise_path(std::string_view target, std::size_t max_len) {

@@ -32,6 +32,11 @@ struct normal_path {
     std::string origin_form() const;
 };
 
+/// `s` with every "%XX" (two hex digits) decoded to its byte, whatever the byte; anything
+/// else as it is. For scans that must see through encodings (the credential broker's), never
+/// for forwarding: normalise_path says what may be sent.
+std::string percent_decoded(std::string_view s);
+
 /// Normalises an origin-form request-target ("/a/b?q=1"). At most `max_len` bytes are read;
 /// a longer target is refused.
 normal_path normalise_path(std::string_view target, std::size_t max_len = 8192);

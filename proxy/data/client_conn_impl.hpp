@@ -140,6 +140,7 @@ private:
         std::string_view credential;  ///< the injected secret's name
     };
     void write_http_request(const http_note& n);
+    awaitable<void> upstream_failure(tls_stream& cs, const http_note& n);
     awaitable<void> refuse_inspected(tls_stream& cs, request_state& st, int status,
                                      config::deny_reason reason, std::string_view req_method,
                                      std::string_view path, std::string_view message);

@@ -111,10 +111,6 @@ std::size_t drop_fields(std::string& head, std::initializer_list<std::string_vie
 /// The value of the first field `name` among `fields` ("name: value\r\n" lines), or "".
 std::string_view field_value(std::string_view fields, std::string_view name);
 
-/// `s` with every "%XX" (two hex digits) decoded to its byte, whatever the byte; anything
-/// else as it is. For scans that must see through encodings, never for forwarding.
-std::string percent_decoded(std::string_view s);
-
 /// Replaces every occurrence of `from` in `s` by `to`; returns how many.
 std::size_t replace_all(std::string& s, std::string_view from, std::string_view to);
 

@@ -268,7 +268,7 @@ awaitable<error_code> client_conn::read_response_head(response_reader& rp,
 config::deny_reason client_conn::plain_head_refusal(const http::request_header<>& req,
                                                     std::string_view origin_form) const {
     constexpr std::string_view ph = "cordon-ph-";
-    const std::string decoded = percent_decoded(origin_form);
+    const std::string decoded = config::percent_decoded(origin_form);
     std::vector<std::string_view> parts{req.method_string(), origin_form, decoded};
     for (const auto& field : req) {
         parts.emplace_back(field.name_string().data(), field.name_string().size());

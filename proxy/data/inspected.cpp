@@ -414,17 +414,10 @@ awaitable<void> client_conn::serve_inspected(
         }
         response_reader& rp = *rp_holder;
         if (rec) {
-            if (closed_by_.empty()) {
-                const std::string resp = deny_response(502, "", job, st.log.target,
-                                                       "the upstream sent no valid response");
-                client_.expires_after(ps.idle_timeout);
-                co_await net::async_write(cs, net::buffer(resp), use_nothrow);
-                client_.expires_never();
-            }
             http_note n{req_method, audit_path, 502};
             n.bytes_up = up.written;
             n.message = "the upstream sent no valid response";
-            write_http_request(n);
+            co_await upstream_failure(cs, n);
             reason = "upstream_error";
             break;
         }
@@ -440,18 +433,13 @@ awaitable<void> client_conn::serve_inspected(
             const std::string_view te = field_value(rp.field_lines(), "transfer-encoding");
             if ((!ce.empty() && !beast::iequals(ce, "identity")) ||
                 (!te.empty() && !beast::iequals(te, "chunked"))) {
-                const std::string resp = deny_response(
-                    502, "", job, st.log.target,
-                    "the upstream answered a credentialed request with an encoded body "
-                    "(Content-Encoding or Transfer-Encoding) cordon cannot redact");
-                client_.expires_after(ps.idle_timeout);
-                co_await net::async_write(cs, net::buffer(resp), use_nothrow);
-                client_.expires_never();
                 http_note n{req_method, audit_path, 502};
                 n.bytes_up = up.written;
-                n.message = "an encoded answer on a credentialed request: not passed on";
+                n.message =
+                    "the upstream answered a credentialed request with an encoded body "
+                    "(Content-Encoding or Transfer-Encoding) cordon cannot redact: not passed on";
                 n.credential = hv.secret_name;
-                write_http_request(n);
+                co_await upstream_failure(cs, n);
                 reason = "upstream_error";
                 break;
             }
@@ -583,6 +571,18 @@ void client_conn::write_http_request(const http_note& n) {
         : n.status == 0                         ? http_outcome::error
         : n.status == 502 && !n.message.empty() ? http_outcome::error
                                                 : http_outcome::allowed);
+}
+
+// The upstream gave no answer cordon can pass on: a 502 to the client (unless the connection
+// was closed from outside) and the request's record, both saying why (`n.message`).
+awaitable<void> client_conn::upstream_failure(tls_stream& cs, const http_note& n) {
+    if (closed_by_.empty()) {
+        const std::string resp = deny_response(502, "", job, tunnel_target_, n.message);
+        client_.expires_after(rt_.policy()->source().proxy.idle_timeout);
+        co_await net::async_write(cs, net::buffer(resp), use_nothrow);
+        client_.expires_never();
+    }
+    write_http_request(n);
 }
 
 // A request refused inside the tunnel: the answer (403 or 400, X-Cordon-Deny and the JSON

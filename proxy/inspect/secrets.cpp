@@ -172,7 +172,6 @@ std::unique_ptr<credential_broker> credential_broker::from_values(
     for (const auto& [name, v] : values) {
         std::memcpy(b->base_ + at, v.data(), v.size());
         b->entries_.push_back(entry{name, at, v.size()});
-        b->longest_ = std::max(b->longest_, v.size());
         at += v.size();
     }
     b->key_.assign(placeholder_key.data(), placeholder_key.size());
@@ -197,14 +196,6 @@ std::string_view credential_broker::value(std::string_view name) const noexcept 
         }
     }
     return {};
-}
-
-std::vector<std::string> credential_broker::names() const {
-    std::vector<std::string> out;
-    for (const auto& e : entries_) {
-        out.push_back(e.name);
-    }
-    return out;
 }
 
 std::string credential_broker::placeholder(std::string_view session, std::string_view var) const {
@@ -238,20 +229,6 @@ std::string placeholder_key_from(std::string_view ca_key_pem) {
     std::string out(reinterpret_cast<const char*>(digest), n);
     OPENSSL_cleanse(digest, sizeof digest);
     return out;
-}
-
-bool placeholder_at(std::string_view s, std::size_t at) noexcept {
-    if (at > s.size() || s.size() - at < placeholder_size ||
-        s.substr(at, placeholder_prefix.size()) != placeholder_prefix) {
-        return false;
-    }
-    for (std::size_t i = at + placeholder_prefix.size(); i < at + placeholder_size; ++i) {
-        const char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-            return false;
-        }
-    }
-    return true;
 }
 
 }  // namespace cordon::proxy::inspect

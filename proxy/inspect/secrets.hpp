@@ -42,8 +42,6 @@ public:
 
     /// The real value of secret `name`; empty when there is none.
     std::string_view value(std::string_view name) const noexcept;
-    /// Names of every secret, in policy order.
-    std::vector<std::string> names() const;
     /// Calls fn(name, value) for every secret.
     template <class Fn>
     void for_each(Fn&& fn) const {
@@ -51,9 +49,6 @@ public:
             fn(std::string_view(e.name), std::string_view(base_ + e.offset, e.size));
         }
     }
-    /// The longest secret value's size (a streaming scan keeps that much minus one).
-    std::size_t longest() const noexcept { return longest_; }
-
     /// The placeholder of `session` for sandbox variable `var`: "cordon-ph-" and 40 hex
     /// digits of HMAC-SHA256(key, session "\n" var).
     std::string placeholder(std::string_view session, std::string_view var) const;
@@ -72,7 +67,6 @@ private:
     std::vector<entry> entries_;
     char* base_ = nullptr;  ///< mmap'ed pages holding every value
     std::size_t mapped_ = 0;
-    std::size_t longest_ = 0;
     bool locked_ = false;
     std::string key_;  ///< the HMAC key (itself derived; wiped too)
 };
@@ -80,8 +74,5 @@ private:
 /// The placeholder key derived from the CA's private key (PEM): SHA-256 of a label and the
 /// key's bytes. Stable while the CA is; a new CA gives new placeholders.
 std::string placeholder_key_from(std::string_view ca_key_pem);
-
-/// True when `s` has the shape of a placeholder at `at` ("cordon-ph-" + 40 hex digits).
-bool placeholder_at(std::string_view s, std::size_t at) noexcept;
 
 }  // namespace cordon::proxy::inspect

@@ -98,6 +98,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                "body_len": len(body), "sha256": hashlib.sha256(body).hexdigest(),
                "conn": id(self.connection)}
         self.server.origin.record(rec)
+        if self.path.startswith("/gzip"):
+            # An answer cordon cannot read: gzip'd, whatever the request asked for.
+            import gzip
+            auth = self.headers.get("Authorization", "")
+            out = gzip.compress(b'{"auth": "' + auth.encode() + b'"}\n')
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
         if self.path.startswith("/echo"):
             # What the origin got as Authorization, in the body (past a 16 KiB window when
             # asked: the value straddles two reads of the proxy) and in a header.
@@ -718,6 +729,15 @@ class CredentialBrokerTests(unittest.TestCase):
                       "-H", "Accept-Encoding: gzip, br")
         self.assertEqual(self.status_and_reason(p)[0], 200)
         self.assertEqual(self.llm.matching(m)[0]["headers"]["accept-encoding"], "identity")
+
+    def test_an_encoded_answer_to_a_credentialed_request_is_not_passed_on(self):
+        # Compression would hide an echoed key from the redaction: such an answer is a 502.
+        m = uuid.uuid4().hex[:8]
+        p = self.curl("llm.test", f"/gzip?{m}", "-H", f"Authorization: Bearer {self.ph}")
+        status, _, out = self.status_and_reason(p)
+        self.assertEqual(status, 502, out)
+        self.assertIn("cannot redact", out)
+        self.assertEqual(len(self.llm.matching(m)), 1)  # it was asked; its answer withheld
 
     def test_a_placeholder_late_in_a_large_body_is_caught_before_it_goes_upstream(self):
         m = uuid.uuid4().hex[:8]

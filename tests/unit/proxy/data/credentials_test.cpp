@@ -53,7 +53,10 @@ TEST_CASE("placeholders: bound to session and variable, shaped, not the secret")
     const auto b = broker();
     const std::string p1 = b->placeholder("s-1", "OPENAI_API_KEY");
     CHECK(p1.size() == cordon::proxy::inspect::placeholder_size);
-    CHECK(cordon::proxy::inspect::placeholder_at(p1, 0));
+    CHECK(p1.starts_with(cordon::proxy::inspect::placeholder_prefix));
+    CHECK(p1.find_first_not_of("0123456789abcdef",
+                               cordon::proxy::inspect::placeholder_prefix.size()) ==
+          std::string::npos);
     CHECK(p1 == b->placeholder("s-1", "OPENAI_API_KEY"));  // stable
     CHECK(p1 != b->placeholder("s-2", "OPENAI_API_KEY"));
     CHECK(p1 != b->placeholder("s-1", "OTHER"));
@@ -65,7 +68,6 @@ TEST_CASE("placeholders: bound to session and variable, shaped, not the secret")
     CHECK(other->placeholder("s-1", "OPENAI_API_KEY") != p1);
     CHECK(b->value("openai") == real);
     CHECK(b->value("nope").empty());
-    CHECK(b->longest() == real.size());
 }
 
 TEST_CASE("secret values: refused when they could not be found or would split a header") {
@@ -281,12 +283,11 @@ TEST_CASE("stream_scanner: a secret after a placeholder in the same read is stil
     CHECK(back.feed(real.substr(5)) == deny_reason::secret_leak);
 }
 
-TEST_CASE("drop_fields, field_value, percent_decoded") {
+TEST_CASE("drop_fields, field_value") {
     std::string head =
         "GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nX-A: 1\r\naccept-encoding: br\r\n";
     CHECK(drop_fields(head, {"accept-encoding", "sec-websocket-extensions"}) == 2);
     CHECK(head == "GET / HTTP/1.1\r\nX-A: 1\r\n");
     CHECK(field_value("A: 1\r\nContent-Encoding: gzip\r\n", "content-encoding") == "gzip");
     CHECK(field_value("A: 1\r\n", "content-encoding").empty());
-    CHECK(percent_decoded("/v1/%63ordon-ph-%2F%zz%4") == "/v1/cordon-ph-/%zz%4");
 }
