@@ -141,7 +141,6 @@ struct pnode {
     std::map<std::string, pnode> kids;
     method_counts end;    // a path ending here
     method_counts below;  // this prefix and everything below it ("prefix/**")
-    bool no_collapse = false;
 };
 
 void add_counts(method_counts& into, const method_counts& from) {
@@ -182,6 +181,27 @@ std::size_t globs(const pnode& n) {
     return out;
 }
 
+// Every path of the subtree ends at the same depth, none with "/**".
+bool one_depth(const pnode& n, std::size_t depth, std::set<std::size_t>& seen) {
+    if (!n.below.empty()) {
+        return false;
+    }
+    if (!n.end.empty()) {
+        seen.insert(depth);
+    }
+    for (const auto& [s, k] : n.kids) {
+        if (!one_depth(k, depth + 1, seen)) {
+            return false;
+        }
+    }
+    return seen.size() <= 1;
+}
+
+bool one_depth(const pnode& n) {
+    std::set<std::size_t> seen;
+    return one_depth(n, 0, seen);
+}
+
 // `n` as "prefix/**" with every method of its subtree.
 pnode collapsed(const pnode& n) {
     pnode out;
@@ -214,7 +234,9 @@ public:
         : opts_(opts), refused_(refused) {}
 
     // More than `siblings` children: one "*" child holding every child's shape, or, when
-    // more than `siblings` shapes remain below it, "prefix/**"; each only when safe.
+    // those shapes end at different depths or more than `siblings` of them remain,
+    // "prefix/**"; each only when safe. Generalising only widens: a merge that is not safe
+    // as it is never becomes safe, so it is dropped before any work on it.
     void siblings(pnode& n, glob& prefix) {
         if (n.kids.size() > opts_.siblings) {
             pnode merged;
@@ -222,19 +244,26 @@ public:
                 merge_into(merged, k);
             }
             prefix.emplace_back(star);
-            siblings(merged, prefix);
             const bool merged_ok = safe(merged, prefix, refused_);
-            prefix.pop_back();
-            if (globs(merged) > opts_.siblings) {
-                pnode whole = collapsed(n);
-                if (safe(whole, prefix, refused_)) {
-                    n = std::move(whole);
-                    return;
-                }
-            }
             if (merged_ok) {
-                n.kids.clear();
-                n.kids.emplace(std::string(star), std::move(merged));
+                siblings(merged, prefix);
+            }
+            prefix.pop_back();
+            if (merged_ok) {
+                // Never "/**" from here: that is no request rule at all (the bound may still
+                // come to it).
+                if (!prefix.empty() && (globs(merged) > opts_.siblings || !one_depth(merged))) {
+                    pnode whole = collapsed(n);
+                    if (safe(whole, prefix, refused_)) {
+                        n = std::move(whole);
+                        return;
+                    }
+                }
+                pnode keep;
+                keep.end = std::move(n.end);
+                keep.below = std::move(n.below);
+                keep.kids.emplace(std::string(star), std::move(merged));
+                n = std::move(keep);
                 return;
             }
         }
@@ -245,46 +274,61 @@ public:
         }
     }
 
-    // Collapses the deepest subtrees holding two or more globs until at most `max_paths`
-    // remain; false when some remain over the bound (no safe collapse left).
+    // Collapses subtrees into "prefix/**", deepest prefixes first and, at one depth, those
+    // holding the most globs first, until at most `max_paths` globs remain; false when some
+    // remain over the bound (no safe collapse left).
     bool bound(pnode& root) {
-        for (;;) {
-            pnode* best = nullptr;
-            glob best_prefix;
-            std::size_t best_depth = 0;
+        std::size_t total = globs(root);
+        std::size_t deepest = depth_of(root);
+        for (std::size_t d = deepest + 1; d-- > 0 && total > opts_.max_paths;) {
+            std::vector<std::pair<pnode*, glob>> at;
             glob prefix;
-            if (find_deepest(root, prefix, best, best_prefix, best_depth) <= opts_.max_paths) {
-                return true;
+            nodes_at(root, d, prefix, at);
+            std::vector<std::pair<std::size_t, std::size_t>> order;  // globs, index
+            for (std::size_t i = 0; i < at.size(); ++i) {
+                order.emplace_back(globs(*at[i].first), i);
             }
-            if (best == nullptr) {
-                return false;
-            }
-            pnode c = collapsed(*best);
-            if (safe(c, best_prefix, refused_)) {
-                *best = std::move(c);
-            } else {
-                best->no_collapse = true;
+            std::stable_sort(order.begin(), order.end(),
+                             [](const auto& a, const auto& b) { return a.first > b.first; });
+            for (const auto& [count, i] : order) {
+                if (total <= opts_.max_paths) {
+                    break;
+                }
+                if (count < 2) {
+                    break;
+                }
+                pnode c = collapsed(*at[i].first);
+                if (safe(c, at[i].second, refused_)) {
+                    *at[i].first = std::move(c);
+                    total -= count - 1;
+                }
             }
         }
+        return total <= opts_.max_paths;
     }
 
 private:
-    // The globs of `n`'s subtree; `best` becomes the deepest collapsible node (one pass).
-    std::size_t find_deepest(pnode& n, glob& prefix, pnode*& best, glob& best_prefix,
-                             std::size_t& best_depth) {
-        std::size_t count = (n.end.empty() ? 0 : 1) + (n.below.empty() ? 0 : 1);
+    static std::size_t depth_of(const pnode& n) {
+        std::size_t d = 0;
+        for (const auto& [s, k] : n.kids) {
+            d = std::max(d, 1 + depth_of(k));
+        }
+        return d;
+    }
+
+    static void nodes_at(pnode& n, std::size_t d, glob& prefix,
+                         std::vector<std::pair<pnode*, glob>>& out) {
+        if (prefix.size() == d) {
+            if (!n.kids.empty()) {
+                out.emplace_back(&n, prefix);
+            }
+            return;
+        }
         for (auto& [s, k] : n.kids) {
             prefix.push_back(s);
-            count += find_deepest(k, prefix, best, best_prefix, best_depth);
+            nodes_at(k, d, prefix, out);
             prefix.pop_back();
         }
-        if (!n.no_collapse && !n.kids.empty() && count >= 2 &&
-            (best == nullptr || prefix.size() > best_depth)) {
-            best = &n;
-            best_prefix = prefix;
-            best_depth = prefix.size();
-        }
-        return count;
     }
 
     const path_options& opts_;

@@ -10,7 +10,8 @@
 //   a UUID; 16 or more letters and digits mixing both; anything the audit writer redacted)
 //   or that holds a character other than letters, digits and "-._~:@+,=" becomes "*";
 // - more than `siblings` distinct segments under one prefix merge into "*" (every child
-//   shape kept below it), or into "prefix/**" when more than `siblings` shapes remain below;
+//   shape kept below it), or into "prefix/**" when those shapes end at different depths or
+//   more than `siblings` of them remain (never "/**" itself);
 // - paths deeper than `max_depth` segments, and cut paths, end in "/**";
 // - more than `max_paths` globs: the deepest prefixes collapse into "prefix/**" until they
 //   fit, or, when no collapse is safe, the most requested globs are kept;
@@ -37,7 +38,7 @@ struct path_request {
 };
 
 struct path_options {
-    std::size_t siblings = 3;      ///< more than this many children of a prefix: generalise
+    std::size_t siblings = 8;      ///< more than this many children of a prefix: generalise
     std::size_t max_paths = 16;    ///< globs per egress rule, over all its entries
     std::size_t max_depth = 8;     ///< segments kept; deeper paths end in "/**"
     std::size_t max_methods = 16;  ///< the most requested methods; requests of others not learned

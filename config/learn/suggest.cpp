@@ -120,9 +120,12 @@ suggested_rule make_rule(config::protocol p, const acc& a, const suggest_options
     for (const path_request& q : refused) {
         r.refused += q.count;
     }
-    // Request rules when paths were seen, and always when some request was refused by the
-    // policy's own: a rule without them would let those through.
-    if (!a.paths.empty() && (a.path_unknown == 0 || !refused.empty())) {
+    // Request rules when paths were seen: for plain HTTP only when every request's path was
+    // recorded (it is only where request rules judged it), or when some request was refused
+    // by the policy's own (a rule without them would let those through); inside inspected
+    // TLS every path is recorded, and one that could not be read is only counted.
+    if (!a.paths.empty() &&
+        (a.path_unknown == 0 || !refused.empty() || p == config::protocol::https)) {
         path_options po;
         po.siblings = opts.path_siblings;
         po.max_paths = opts.max_paths;
@@ -483,13 +486,16 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
         if (!r.credential.empty()) {
             a->credentials.insert(r.credential);
         }
-        if (r.path.empty()) {
+        // The path as the reader keeps it (normal form, no query); anything else is unknown.
+        const auto rp = r.path.empty() ? std::nullopt : parse_recorded_path(r.path);
+        if (!rp) {
             if (!refused) {
                 a->path_unknown += r.count;
             }
             continue;
         }
-        (refused ? a->refused : a->paths)[path_key{r.method, r.path, r.path_cut}] += r.count;
+        (refused ? a->refused
+                 : a->paths)[path_key{r.method, rp->path, r.path_cut || rp->cut}] += r.count;
     }
 
     for (std::size_t p = 0; p < names.size(); ++p) {
