@@ -46,7 +46,7 @@ std::optional<recorded_path> parse_recorded_path(std::string_view raw) {
         }
     }
     const config::normal_path np = config::normalise_path(raw);
-    if (!np.ok() || np.has_query || (np.path != raw && np.path + "/" != raw)) {
+    if (!np.ok() || np.has_query || np.path != raw) {
         return std::nullopt;
     }
     out.path = np.path;

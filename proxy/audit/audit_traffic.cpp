@@ -371,13 +371,12 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
     const bool tcp_rule = f.event == kind_of_event::open && f.rule.ends_with("/tcp");
     const bool https_rule = f.event == kind_of_event::open && f.rule.ends_with("/https");
     // The path as suggest and replay use it: normal form, no query, bounded (learn.hpp);
-    // unusable (an escape other than \", not in normal form): none.
+    // unusable (an escape other than \", not in normal form): none. Looked up first as
+    // written (cordon writes paths in normal form), and read properly only for a new entry.
+    const bool has_path = !f.path.empty() &&
+                          (inspected || (!f.method.empty() && f.method != "CONNECT"));
     std::optional<learn::recorded_path> path;
-    if (!f.path.empty() && (inspected || (!f.method.empty() && f.method != "CONNECT"))) {
-        if (const auto text = simple_unescaped(f.path)) {
-            path = learn::parse_recorded_path(*text);
-        }
-    }
+    std::string_view path_key = has_path ? f.path.substr(0, f.path.find('?')) : "";
     const std::string_view credential = inspected && f.credential.size() <= 64 &&
                                                 f.credential.find('\\') == std::string_view::npos
                                             ? f.credential
@@ -390,13 +389,21 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         key_.push_back(path && path->cut ? 'c' : '-');
         key_.append(f.target).push_back('\x1f');
         key_.append(f.method).push_back('\x1f');
-        key_.append(path ? std::string_view(path->path) : std::string_view()).push_back('\x1f');
+        key_.append(path_key).push_back('\x1f');
         key_.append(reason).push_back('\x1f');
         key_.append(credential).push_back('\x1f');
         key_.append(address);
     };
     make_key();
     auto it = requests_.find(key_);
+    if (it == requests_.end() && has_path) {
+        if (const auto text = simple_unescaped(f.path)) {
+            path = learn::parse_recorded_path(*text);
+        }
+        path_key = path ? std::string_view(path->path) : std::string_view();
+        make_key();
+        it = requests_.find(key_);
+    }
     if (it == requests_.end() && path) {
         // A new path: within the target's bound, or folded.
         std::string bucket(f.target);
@@ -407,6 +414,7 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
             path = learn::fold_path(*path,
                                     n >= max_paths_per_target + max_folded_per_target ? 0 : 1);
             ++stats.paths_folded;
+            path_key = path->path;
             make_key();
             it = requests_.find(key_);
         }
