@@ -31,7 +31,11 @@ suggest: prints the smallest job-card `egress` section that would have allowed t
 traffic in the audit log (allowed, denied and report-mode would-deny requests, CONNECT and
 plain HTTP): exact names and ports; names collapse into "*.parent" only when more than
 --siblings names share a parent, never above the registrable domain (the Public Suffix
-List); IP literals as /32 or /128 cidr rules. Comments give the requests behind each rule.
+List); IP literals as /32 or /128 cidr rules. Requests inside inspected TLS tunnels
+(http.request records) make `protocol: https` rules with request rules (`http:`): methods
+grouped, paths generalised (ids to "*", many siblings to "*" or "prefix/**", at most
+--max-paths patterns a rule), never letting through a request the policy's request rules
+refused. Comments give the requests behind each rule.
 Non-public addresses and cordon's own reserved name are left out, with the reason.
 Paste the section under the job card and run `cordon check-config`.
 
@@ -51,6 +55,10 @@ options:
   --format F      suggest: yaml (default) or json; replay: table (default) or json
   --siblings N    suggest: collapse into a wildcard when more than N names share a
                   parent (default 3)
+  --path-siblings N
+                  suggest: generalise a path segment into "*" when more than N distinct
+                  ones share a prefix (default 8)
+  --max-paths N   suggest: path patterns per rule at most (default 16)
   --public-suffix-list FILE
                   suggest: the list to use (default
                   /usr/share/publicsuffix/public_suffix_list.dat, Debian's publicsuffix)
@@ -97,6 +105,8 @@ struct options {
     std::optional<std::string_view> until_text;
     std::optional<std::string> format;
     std::optional<std::size_t> siblings;
+    std::optional<std::size_t> path_siblings;
+    std::optional<std::size_t> max_paths;
     std::string psl_path{learn::default_public_suffix_path};
     bool psl_given = false;
     bool stats = false;
@@ -111,7 +121,8 @@ std::optional<int> parse(args in, options& o) {
             continue;
         }
         if (a != "--job" && a != "--since" && a != "--until" && a != "--audit" && a != "--config" &&
-            a != "--format" && a != "--siblings" && a != "--public-suffix-list") {
+            a != "--format" && a != "--siblings" && a != "--public-suffix-list" &&
+            a != "--path-siblings" && a != "--max-paths") {
             return fail_usage(a.starts_with("-") ? "unknown option '" + std::string(a) + "'"
                                                  : "unexpected argument '" + std::string(a) + "'");
         }
@@ -137,10 +148,13 @@ std::optional<int> parse(args in, options& o) {
         } else {
             std::size_t n = 0;
             const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-            if (ec != std::errc{} || p != v.data() + v.size() || n > 1'000'000) {
-                return fail_usage("--siblings: '" + std::string(v) + "' is not a count");
+            const std::size_t lowest = a == "--max-paths" ? 1 : 0;
+            if (ec != std::errc{} || p != v.data() + v.size() || n > 1'000'000 || n < lowest) {
+                return fail_usage(std::string(a) + ": '" + std::string(v) + "' is not a count");
             }
-            o.siblings = n;
+            (a == "--siblings"        ? o.siblings
+             : a == "--path-siblings" ? o.path_siblings
+                                      : o.max_paths) = n;
         }
     }
     if (!o.job || o.job->empty()) {
@@ -194,6 +208,11 @@ bool read(const options& o, const proxy::audit::traffic_query& q, const std::str
         std::cerr << "cordon policy: " << stats.malformed
                   << " lines of the job were not audit JSON and were skipped\n";
     }
+    if (stats.paths_folded > 0) {
+        std::cerr << "cordon policy: " << stats.paths_folded
+                  << " requests past the bound on distinct paths per target were read as "
+                     "their first segment (or \"/\") and below\n";
+    }
     if (stats.bad_target > 0) {
         std::cerr << "cordon policy: " << stats.bad_target
                   << " records with an unusable target or method were skipped\n";
@@ -246,7 +265,9 @@ int suggest(const options& o) {
         return 1;
     }
     learn::suggest_options so;
-    so.siblings = o.siblings.value_or(3);
+    so.siblings = o.siblings.value_or(so.siblings);
+    so.path_siblings = o.path_siblings.value_or(so.path_siblings);
+    so.max_paths = o.max_paths.value_or(so.max_paths);
     const learn::suggestion s = learn::suggest(seen, psl, so);
     const std::string out = format == "json" ? learn::render_json(s) : learn::render_yaml(s);
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -266,8 +287,9 @@ int replay(const options& o) {
     if (!o.config_file) {
         return fail_usage("replay needs the policy to try: --config NEW.yaml");
     }
-    if (o.siblings || o.psl_given) {
-        return fail_usage("--siblings and --public-suffix-list are suggest options");
+    if (o.siblings || o.psl_given || o.path_siblings || o.max_paths) {
+        return fail_usage("--siblings, --path-siblings, --max-paths and --public-suffix-list "
+                          "are suggest options");
     }
     proxy::audit::traffic_query q;
     q.job = *o.job;

@@ -18,10 +18,10 @@ namespace cordon::learn {
 
 /// What the enforced policy did with a request when it was recorded.
 enum class seen_outcome : std::uint8_t {
-    allowed,     ///< conn.open without would_deny
+    allowed,     ///< conn.open (or http.request) without would_deny
     would_deny,  ///< conn.open with would_deny (report mode): enforce mode denies it
-    denied,      ///< conn.deny with a policy reason (no_rule, port, protocol, method,
-                 ///< http_rule, private_address, unknown_job)
+    denied,      ///< conn.deny (or http.request) with a policy reason (no_rule, port,
+                 ///< protocol, method, http_rule, private_address, unknown_job)
 };
 
 /// Requests of one shape and outcome.
@@ -29,11 +29,19 @@ struct seen_request {
     std::string host;  ///< normalised name, or canonical IP text (IPv6 without brackets)
     bool ip_literal = false;
     std::uint16_t port = 0;
+    /// connect, http (plain, absolute-form), or inspected (an `http.request` record: a
+    /// request inside a TLS tunnel cordon terminated, `protocol: https`).
     config::request_kind kind = config::request_kind::connect;
-    std::string method;  ///< http: the method (upper case); connect: empty
+    std::string method;  ///< http, inspected: the method (upper case); connect: empty
     /// http: the path in normal form, where request rules judged it (the record's `path`);
-    /// empty otherwise (replay cannot then decide a rule with request rules).
+    /// inspected: always. Never the query (parse_recorded_path). Empty when not recorded
+    /// (replay cannot then decide a rule with request rules).
     std::string path;
+    /// The recorded path was cut (too long, or folded by the reader's bound on distinct
+    /// paths): `path` stands for itself and every path below it.
+    bool path_cut = false;
+    /// inspected: the name of the secret cordon injected (the record's `credential`).
+    std::string credential;
     seen_outcome outcome = seen_outcome::allowed;
     std::string reason;  ///< the deny or would-deny reason; empty when allowed
     /// The non-public addresses serve checked for it, space-separated: of a name, every one
@@ -41,7 +49,8 @@ struct seen_request {
     /// Set on allowed and would-deny requests (a rule's resolves_to opened them) and on
     /// private_address denials; empty otherwise. See recorded_addresses().
     std::string address;
-    bool tcp_rule = false;  ///< allowed by a tcp rule (CONNECT without SNI check)
+    bool tcp_rule = false;    ///< allowed by a tcp rule (CONNECT without SNI check)
+    bool https_rule = false;  ///< allowed by an https rule (CONNECT, TLS cordon terminates)
     std::uint64_t count = 0;
 };
 
@@ -67,6 +76,24 @@ struct seen_traffic {
 
 /// The addresses of seen_request::address; nullopt when one of them is not an address.
 std::optional<std::vector<config::ip_address>> recorded_addresses(std::string_view text);
+
+/// A recorded path as suggest and replay use it, in normal form without its query.
+struct recorded_path {
+    std::string path;
+    bool cut = false;  ///< stands for `path` and every path below it
+};
+
+/// Longest path kept whole; a longer one is cut back to its last whole segment (`cut`).
+inline constexpr std::size_t max_recorded_path = 1024;
+
+/// The record's `path` (JSON escapes already decoded): the query dropped; a value the audit
+/// writer cut ("...(truncated)") or longer than max_recorded_path cut back to its last
+/// whole segment and marked `cut`; nullopt when it is not a path in normal form
+/// (config::normalise_path would change or refuse it).
+std::optional<recorded_path> parse_recorded_path(std::string_view raw);
+
+/// `p` reduced to its first `segments` segments, marked cut ("/" when 0).
+recorded_path fold_path(const recorded_path& p, std::size_t segments);
 
 /// True for the deny reasons decided by the policy (decide() and check_addresses()), the
 /// only denials suggest learns from and replay re-decides.

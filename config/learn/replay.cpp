@@ -24,8 +24,23 @@ std::string_view outcome_name(seen_outcome o) {
 }
 
 std::string request_text(const replay_row& r) {
-    return (r.kind == config::request_kind::http ? r.method + " http " : std::string("CONNECT ")) +
-           r.target;
+    switch (r.kind) {
+        case config::request_kind::http:
+            return r.method + " http " + r.target + (r.path.empty() ? "" : " " + r.path);
+        case config::request_kind::inspected:
+            return r.method + " https " + r.target + (r.path.empty() ? "" : " " + r.path);
+        case config::request_kind::connect: break;
+    }
+    return "CONNECT " + r.target;
+}
+
+std::string_view kind_name(config::request_kind k) {
+    switch (k) {
+        case config::request_kind::http: return "http";
+        case config::request_kind::inspected: return "inspected";
+        case config::request_kind::connect: break;
+    }
+    return "connect";
 }
 
 std::string was_text(const replay_row& r) {
@@ -56,11 +71,15 @@ void rows_json(std::string& out, const std::vector<replay_row>& rows) {
         out += i > 0 ? ",{\"target\":" : "{\"target\":";
         common::append_json_string(out, r.target);
         out += ",\"kind\":\"";
-        out += r.kind == config::request_kind::http ? "http" : "connect";
+        out += kind_name(r.kind);
         out += "\"";
-        if (r.kind == config::request_kind::http) {
+        if (r.kind != config::request_kind::connect) {
             out += ",\"method\":";
             common::append_json_string(out, r.method);
+        }
+        if (!r.path.empty()) {
+            out += ",\"path\":";
+            common::append_json_string(out, r.path);
         }
         out += ",\"requests\":" + std::to_string(r.count) + ",\"was\":\"" +
                std::string(outcome_name(r.was)) + "\"";
@@ -91,11 +110,12 @@ void rows_table(std::string& out, std::string_view title, const std::vector<repl
     if (rows.empty()) {
         return;
     }
+    const std::size_t shown = std::min(rows.size(), max_table_rows);
     std::size_t w1 = 7;
     std::size_t w2 = 3;
-    for (const auto& r : rows) {
-        w1 = std::max(w1, request_text(r).size());
-        w2 = std::max(w2, was_text(r).size());
+    for (std::size_t i = 0; i < shown; ++i) {
+        w1 = std::max(w1, request_text(rows[i]).size());
+        w2 = std::max(w2, was_text(rows[i]).size());
     }
     char buf[32];
     const auto line = [&](std::string_view n, const std::string& a, const std::string& b,
@@ -105,8 +125,13 @@ void rows_table(std::string& out, std::string_view title, const std::vector<repl
                std::string(w2 - b.size(), ' ') + "  " + c + "\n";
     };
     line("REQUESTS", "REQUEST", "WAS", "NOW");
-    for (const auto& r : rows) {
-        line(std::to_string(r.count), request_text(r), was_text(r), now_text(r));
+    for (std::size_t i = 0; i < shown; ++i) {
+        line(std::to_string(rows[i].count), request_text(rows[i]), was_text(rows[i]),
+             now_text(rows[i]));
+    }
+    if (shown < rows.size()) {
+        out += "  and " + std::to_string(rows.size() - shown) +
+               " more rows (--format json lists them all)\n";
     }
 }
 
@@ -120,8 +145,8 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
     if (const config::job* j = p.source().find_job(seen.job)) {
         out.job_in_report_mode = j->mode == config::job_mode::report;
     }
-    using key =
-        std::tuple<std::string, int, std::string, int, std::string, bool, std::string, std::string>;
+    using key = std::tuple<std::string, int, std::string, std::string, int, std::string, bool,
+                           std::string, std::string>;
     std::map<key, replay_row> changed;
     std::map<std::string, bool> same_allowed;  // target -> seen
     std::map<std::string, bool> same_denied;
@@ -139,10 +164,10 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
         config::decision d = config::decide(a, p);
         // Which of "allowed" and "private_address?" / "http_rule?" replay cannot tell.
         std::string_view undetermined_reason;
-        if (r.kind == config::request_kind::http && r.path.empty() && d.rule != nullptr &&
-            !d.rule->http.empty()) {
-            // Recorded where no request rules judged it: the path was not written, and the
-            // new rule's request rules need it.
+        if (r.kind != config::request_kind::connect && (r.path.empty() || r.path_cut) &&
+            d.rule != nullptr && !d.rule->http.empty()) {
+            // Recorded where no request rules judged it (the path was not written), or with
+            // its path cut: the new rule's request rules need the whole path.
             undetermined_reason = "http_rule?";
         }
         // A literal is decided by its rules alone, as the proxy does (no resolution, no
@@ -172,7 +197,10 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
         replay_row row;
         row.target = target;
         row.kind = r.kind;
-        row.method = r.kind == config::request_kind::http ? r.method : std::string();
+        row.method = r.kind != config::request_kind::connect ? r.method : std::string();
+        if (!r.path.empty()) {
+            row.path = r.path_cut ? (r.path == "/" ? "/**" : r.path + "/**") : r.path;
+        }
         row.was = r.outcome;
         row.was_reason = r.reason;
         row.now_allowed = d.allowed();
@@ -184,14 +212,9 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
             row.now_rule.clear();
         }
         const int bucket = undetermined ? 2 : (d.allowed() ? 1 : 0);
-        key k{row.target,
-              static_cast<int>(row.kind),
-              row.method,
-              static_cast<int>(row.was),
-              row.was_reason,
-              row.now_allowed,
-              row.now_reason + row.now_rule,
-              std::to_string(bucket)};
+        key k{row.target,      static_cast<int>(row.kind),    row.method,
+              row.path,        static_cast<int>(row.was),     row.was_reason,
+              row.now_allowed, row.now_reason + row.now_rule, std::to_string(bucket)};
         auto [it, fresh] = changed.try_emplace(std::move(k), row);
         if (!fresh) {
             it->second.count += r.count;
@@ -200,7 +223,7 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
         }
     }
     for (auto& [k, row] : changed) {
-        const std::string& bucket = std::get<7>(k);
+        const std::string& bucket = std::get<8>(k);
         (bucket == "2" ? out.undetermined : (bucket == "1" ? out.newly_allowed : out.newly_denied))
             .push_back(std::move(row));
     }
@@ -230,8 +253,9 @@ std::string render_table(const replay_result& r, std::string_view source) {
     if (!r.undetermined.empty()) {
         out += "\n";
         rows_table(out,
-                   "undetermined (denied for a non-public address that was not recorded; "
-                   "the new rule's resolves_to may cover it)",
+                   "undetermined (denied for a non-public address that was not recorded, "
+                   "which the new rule's resolves_to may cover; or a path not recorded whole, "
+                   "which the new rule's request rules need)",
                    r.undetermined, r.count(r.undetermined));
     }
     const auto targets = [](std::uint64_t n) {

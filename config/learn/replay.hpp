@@ -21,7 +21,10 @@ namespace cordon::learn {
 struct replay_row {
     std::string target;  ///< "host:port" ("[v6]:port")
     config::request_kind kind = config::request_kind::connect;
-    std::string method;  ///< http only
+    std::string method;  ///< http and inspected only
+    /// http and inspected: the recorded path (normal form, no query), when there is one;
+    /// ends in "/**" when the record's path was cut.
+    std::string path;
     seen_outcome was = seen_outcome::allowed;
     std::string was_reason;  ///< deny or would-deny reason; empty when allowed
     bool now_allowed = false;
@@ -35,7 +38,8 @@ struct replay_result {
     std::vector<replay_row> newly_denied;   ///< most requests first
     std::vector<replay_row> newly_allowed;  ///< most requests first
     /// Denied for private_address with no address recorded, now matched by a rule with
-    /// resolves_to: whether the address lies inside cannot be told.
+    /// resolves_to: whether the address lies inside cannot be told. Also HTTP requests whose
+    /// path was not recorded (or was cut), now decided by a rule with request rules.
     std::vector<replay_row> undetermined;
     std::uint64_t same_allowed = 0;  ///< requests allowed before and now
     std::uint64_t same_denied = 0;
@@ -59,9 +63,11 @@ struct replay_result {
 /// (callers check; otherwise every request is newly denied with unknown_job).
 replay_result replay(const seen_traffic& seen, const config::compiled_policy& p);
 
-/// A table for a person: newly denied, newly allowed, undetermined, then the unchanged
-/// totals. `source` names the new policy in the heading.
+/// A table for a person: newly denied, newly allowed, undetermined (each its most requested
+/// `max_table_rows` rows, then how many more), then the unchanged totals. `source` names
+/// the new policy in the heading.
 std::string render_table(const replay_result& r, std::string_view source);
+inline constexpr std::size_t max_table_rows = 50;
 
 /// {"job", "policy", "newly_denied": [...], "newly_allowed": [...], "undetermined": [...],
 ///  "unchanged": {"allowed": {"requests", "targets"}, "denied": {...}}, "requests", ...}.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "common/json_string.hpp"
 #include "config/classify.hpp"
@@ -26,6 +27,12 @@ constexpr std::string_view why_private_ip =
     "if this is meant)";
 constexpr std::string_view why_reserved =
     "cordon's own reserved name: cordon answers it and never forwards it";
+constexpr std::string_view why_refused_only =
+    "every request seen on it with a path was refused by the policy's request rules "
+    "(http_rule); nothing to learn that would not let them through";
+
+// A request by method, path and whether the path was cut (learn.hpp).
+using path_key = std::tuple<std::string, std::string, bool>;
 
 // Everything learned about one name or address in one protocol.
 struct acc {
@@ -33,6 +40,12 @@ struct acc {
     std::set<std::string> methods;
     std::set<std::string> addresses;  // non-public addresses the enforced policy let it reach
     seen_counts counts;
+    // http and https: requests with their paths, to learn; refused by request rules, never to
+    // let through; learned without a path (count); the secrets injected.
+    std::map<path_key, std::uint64_t> paths;
+    std::map<path_key, std::uint64_t> refused;
+    std::uint64_t path_unknown = 0;
+    std::set<std::string> credentials;
 };
 
 // Names under one registrable domain, as a tree of labels from the right.
@@ -74,9 +87,26 @@ void merge(acc& into, const acc& from) {
     into.counts.allowed += from.counts.allowed;
     into.counts.would_deny += from.counts.would_deny;
     into.counts.denied += from.counts.denied;
+    for (const auto& [k, n] : from.paths) {
+        into.paths[k] += n;
+    }
+    for (const auto& [k, n] : from.refused) {
+        into.refused[k] += n;
+    }
+    into.path_unknown += from.path_unknown;
+    into.credentials.insert(from.credentials.begin(), from.credentials.end());
 }
 
-suggested_rule make_rule(config::protocol p, const acc& a) {
+std::vector<path_request> path_requests(const std::map<path_key, std::uint64_t>& m) {
+    std::vector<path_request> out;
+    out.reserve(m.size());
+    for (const auto& [k, n] : m) {
+        out.push_back(path_request{std::get<0>(k), std::get<1>(k), std::get<2>(k), n});
+    }
+    return out;
+}
+
+suggested_rule make_rule(config::protocol p, const acc& a, const suggest_options& opts) {
     suggested_rule r;
     r.proto = p;
     r.ports.assign(a.ports.begin(), a.ports.end());
@@ -85,14 +115,45 @@ suggested_rule make_rule(config::protocol p, const acc& a) {
     }
     r.resolves_to.assign(a.addresses.begin(), a.addresses.end());
     r.counts = a.counts;
+    r.credentials.assign(a.credentials.begin(), a.credentials.end());
+    std::vector<path_request> refused = path_requests(a.refused);
+    for (const path_request& q : refused) {
+        r.refused += q.count;
+    }
+    // Request rules when paths were seen: for plain HTTP only when every request's path was
+    // recorded (it is only where request rules judged it), or when some request was refused
+    // by the policy's own (a rule without them would let those through); inside inspected
+    // TLS every path is recorded, and one that could not be read is only counted.
+    if (!a.paths.empty() &&
+        (a.path_unknown == 0 || !refused.empty() || p == config::protocol::https)) {
+        path_options po;
+        po.siblings = opts.path_siblings;
+        po.max_paths = opts.max_paths;
+        learned_request_rules l = learn_request_rules(path_requests(a.paths), refused, po);
+        r.http = std::move(l.entries);
+        r.paths_not_learned = l.not_learned;
+        r.paths_not_learned_examples = std::move(l.not_learned_examples);
+        r.paths_unknown = a.path_unknown;
+        if (!r.http.empty()) {
+            r.methods.clear();  // the loader takes methods or request rules, not both
+        }
+    }
+    std::stable_sort(refused.begin(), refused.end(),
+                     [](const auto& x, const auto& y) { return x.count > y.count; });
+    refused.resize(std::min<std::size_t>(refused.size(), 3));
+    r.refused_examples = std::move(refused);
     return r;
 }
 
+// A rule that would let through what the policy's request rules refused, and nothing else
+// learned on it: left out.
+bool refused_only(const suggested_rule& r) { return r.refused > 0 && r.http.empty(); }
+
 class collapser {
 public:
-    collapser(config::protocol p, std::size_t siblings, const public_suffix_list& psl,
+    collapser(config::protocol p, const suggest_options& opts, const public_suffix_list& psl,
               std::vector<suggested_rule>& out)
-        : proto_(p), siblings_(siblings), psl_(psl), out_(out) {}
+        : proto_(p), opts_(opts), siblings_(opts.siblings), psl_(psl), out_(out) {}
 
     void run(const std::map<std::string, acc>& names) {
         std::map<std::string, node> trees;  // by registrable domain
@@ -124,7 +185,7 @@ public:
 
 private:
     void exact(const std::string& name, const acc& a) {
-        suggested_rule r = make_rule(proto_, a);
+        suggested_rule r = make_rule(proto_, a, opts_);
         r.host = name;
         r.key = reversed_labels(name);
         out_.push_back(std::move(r));
@@ -150,7 +211,7 @@ private:
             acc all;
             std::vector<std::pair<std::string, std::uint64_t>> names;
             gather(n, name, all, names);
-            suggested_rule r = make_rule(proto_, all);
+            suggested_rule r = make_rule(proto_, all, opts_);
             r.host = "*." + name;
             r.key = reversed_labels(name) + ".*";
             std::stable_sort(names.begin(), names.end(),
@@ -165,6 +226,7 @@ private:
     }
 
     config::protocol proto_;
+    const suggest_options& opts_;
     std::size_t siblings_;
     const public_suffix_list& psl_;
     std::vector<suggested_rule>& out_;
@@ -214,6 +276,113 @@ std::string comment_safe(std::string_view s) {
 
 bool needs_quotes(std::string_view s) { return s.find_first_of(":*") != std::string_view::npos; }
 
+// A YAML double-quoted scalar. Learned paths hold only letters, digits, "-._~:@+,=", '/'
+// and '*'; anything else is escaped all the same.
+std::string yaml_quoted(std::string_view s) {
+    std::string out = "\"";
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (u < 0x20 || u >= 0x7f) {
+            static constexpr char digits[] = "0123456789ABCDEF";
+            out += "\\x";
+            out += digits[u >> 4];
+            out += digits[u & 15];
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
+// A recorded request in a comment: the path is the agent's, bounded and made printable.
+std::string request_comment(const path_request& q) {
+    constexpr std::size_t max_shown = 96;
+    std::string path = comment_safe(q.path.substr(0, max_shown));
+    if (q.path.size() > max_shown) {
+        path += "...";
+    } else if (q.cut) {
+        path += "/**";
+    }
+    return comment_safe(q.method.substr(0, 32)) + " " + path + " " + std::to_string(q.count);
+}
+
+// A secret's name as recorded, in a comment: letters, digits, '-', '_', '.' only.
+std::string secret_comment(std::string_view name) {
+    std::string out(name.substr(0, 64));
+    for (char& c : out) {
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.')) {
+            c = '?';
+        }
+    }
+    return out;
+}
+
+std::string requests_text(std::uint64_t n) {
+    return std::to_string(n) + (n == 1 ? " request" : " requests");
+}
+
+// Comments above a rule with request rules: credentials injected, what was kept out.
+void request_notes(std::string& out, const suggested_rule& r) {
+    for (const std::string& c : r.credentials) {
+        const std::string name = secret_comment(c);
+        out += "  # cordon injected the credential of secret " + name +
+               " on these requests: add\n  #   credential: { secret: " + name +
+               ", header: ..., format: \"...\" }\n  # (header and format are not recorded)\n";
+    }
+    const auto examples = [&out](const std::vector<path_request>& v) {
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            out += (i == 0 ? ": " : ", ") + request_comment(v[i]);
+        }
+        out += "\n";
+    };
+    if (r.refused > 0) {
+        out += "  # " + requests_text(r.refused) +
+               " refused by the policy's request rules (http_rule), kept out";
+        examples(r.refused_examples);
+    }
+    if (r.paths_not_learned > 0) {
+        out += "  # " + requests_text(r.paths_not_learned) +
+               " not learned (no path pattern takes them without letting a refused request "
+               "through, or past the bound on patterns or methods per rule)";
+        examples(r.paths_not_learned_examples);
+    }
+    if (r.paths_unknown > 0 && !r.http.empty()) {
+        out += "  # " + requests_text(r.paths_unknown) +
+               " recorded without their path: not in the request rules\n";
+    }
+}
+
+// A rule with request rules, in block style: one line per entry (flow style) or, with many
+// paths, one per path.
+void block_rule(std::string& out, const suggested_rule& r) {
+    out += "  - host: " + (needs_quotes(r.host) ? yaml_quoted(r.host) : r.host) + "\n";
+    out += "    ports: " + list_text(r.ports, false) + "\n";
+    out += "    protocol: " + std::string(config::to_string(r.proto)) + "\n";
+    if (!r.resolves_to.empty()) {
+        out += "    resolves_to: " + list_text(r.resolves_to, true) + "\n";
+    }
+    out += "    http:\n";
+    for (const learned_entry& e : r.http) {
+        out += "      # " + requests_text(e.requests) + "\n";
+        if (e.paths.size() <= 3) {
+            out += "      - { methods: " + list_text(e.methods, false) + ", paths: [";
+            for (std::size_t i = 0; i < e.paths.size(); ++i) {
+                out += (i == 0 ? "" : ", ") + yaml_quoted(e.paths[i]);
+            }
+            out += "] }\n";
+            continue;
+        }
+        out += "      - methods: " + list_text(e.methods, false) + "\n        paths:\n";
+        for (const std::string& p : e.paths) {
+            out += "          - " + yaml_quoted(p) + "\n";
+        }
+    }
+}
+
 }  // namespace
 
 void seen_counts::add(seen_outcome o, std::uint64_t n) noexcept {
@@ -234,8 +403,15 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
     s.last_ts = seen.last_ts;
     s.siblings = opts.siblings;
 
-    std::array<std::map<std::string, acc>, 3> names;  // by protocol
-    std::array<std::map<std::string, acc>, 3> nets;
+    std::array<std::map<std::string, acc>, 4> names;  // by protocol
+    std::array<std::map<std::string, acc>, 4> nets;
+    // Targets whose TLS cordon terminated: their CONNECTs join the https rule.
+    std::set<std::pair<std::string_view, std::uint16_t>> inspected;
+    for (const seen_request& r : seen.requests) {
+        if (!r.ip_literal && (r.kind == config::request_kind::inspected || r.https_rule)) {
+            inspected.emplace(r.host, r.port);
+        }
+    }
     std::map<std::pair<std::string, std::string>, seen_counts> left;
     std::set<std::string> requested;
     const auto leave_out = [&left](const seen_request& r, std::string_view why) {
@@ -256,10 +432,15 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
             leave_out(r, r.ip_literal ? why_private_ip : why_private_name);
             continue;
         }
-        const config::protocol p = r.kind == config::request_kind::http
-                                       ? config::protocol::http
-                                       : (r.tcp_rule || r.ip_literal ? config::protocol::tcp
-                                                                     : config::protocol::tls);
+        if (r.kind == config::request_kind::inspected && r.ip_literal) {
+            continue;  // an https rule names a host: never recorded for a literal
+        }
+        const config::protocol p = r.kind == config::request_kind::http ? config::protocol::http
+                                   : r.kind == config::request_kind::inspected ||
+                                           inspected.contains({r.host, r.port})
+                                       ? config::protocol::https
+                                   : r.tcp_rule || r.ip_literal ? config::protocol::tcp
+                                                                : config::protocol::tls;
         acc* a = nullptr;
         if (r.ip_literal) {
             const auto ip = config::parse_ip(r.host);
@@ -293,21 +474,50 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
             }
         }
         a->ports.insert(r.port);
-        if (p == config::protocol::http && valid_method(r.method)) {
+        a->counts.add(r.outcome, r.count);
+        if (r.kind == config::request_kind::connect) {
+            continue;
+        }
+        // A request the policy's request rules refused is kept out of what is learned.
+        const bool refused = r.outcome == seen_outcome::denied && r.reason == "http_rule";
+        if (!refused && p == config::protocol::http && valid_method(r.method)) {
             a->methods.insert(r.method);
         }
-        a->counts.add(r.outcome, r.count);
+        if (!r.credential.empty()) {
+            a->credentials.insert(r.credential);
+        }
+        // The path as the reader keeps it (normal form, no query); anything else is unknown.
+        const auto rp = r.path.empty() ? std::nullopt : parse_recorded_path(r.path);
+        if (!rp) {
+            if (!refused) {
+                a->path_unknown += r.count;
+            }
+            continue;
+        }
+        (refused ? a->refused
+                 : a->paths)[path_key{r.method, rp->path, r.path_cut || rp->cut}] += r.count;
     }
 
     for (std::size_t p = 0; p < names.size(); ++p) {
-        collapser(static_cast<config::protocol>(p), opts.siblings, psl, s.rules).run(names[p]);
+        collapser(static_cast<config::protocol>(p), opts, psl, s.rules).run(names[p]);
         for (const auto& [net, a] : nets[p]) {
-            suggested_rule r = make_rule(static_cast<config::protocol>(p), a);
+            suggested_rule r = make_rule(static_cast<config::protocol>(p), a, opts);
             r.cidr = net;
             r.key = "~" + net;  // after the names
             s.rules.push_back(std::move(r));
         }
     }
+    // A rule that would let through what request rules refused, with nothing else learned
+    // on it, is left out.
+    std::erase_if(s.rules, [&left](const suggested_rule& r) {
+        if (!refused_only(r)) {
+            return false;
+        }
+        const std::string who = r.host.empty() ? r.cidr : r.host;
+        std::string target = r.ports.size() == 1 ? config::host_port(who, r.ports[0]) : who;
+        left[{target, std::string(why_refused_only)}] = r.counts;
+        return true;
+    });
     std::stable_sort(s.rules.begin(), s.rules.end(),
                      [](const suggested_rule& a, const suggested_rule& b) {
                          return a.key != b.key ? a.key < b.key : a.proto < b.proto;
@@ -354,6 +564,10 @@ std::string render_yaml(const suggestion& s) {
     out += ".\n# Names collapse into a wildcard when more than " + std::to_string(s.siblings) +
            " share a parent, never above the\n# registrable domain. Review before use; check "
            "it with `cordon check-config`.\n";
+    if (std::any_of(s.rules.begin(), s.rules.end(),
+                    [](const auto& r) { return r.proto == config::protocol::https; })) {
+        out += "# protocol: https rules need the policy's `inspect` section (docs/inspect.md).\n";
+    }
     out += s.rules.empty() ? "egress: []\n" : "egress:\n";
     for (const suggested_rule& r : s.rules) {
         out += "  # " + counts_text(r.counts);
@@ -372,6 +586,11 @@ std::string render_yaml(const suggestion& s) {
         if (!r.resolves_to.empty()) {
             out += "  # non-public addresses seen (your current rule's resolves_to let it in); "
                    "widen to the range you mean\n";
+        }
+        request_notes(out, r);
+        if (!r.http.empty()) {
+            block_rule(out, r);
+            continue;
         }
         out += "  - { ";
         if (!r.host.empty()) {
@@ -466,12 +685,33 @@ std::string render_json(const suggestion& s) {
             out += ",\"methods\":";
             strings_json(out, r.methods);
         }
+        if (!r.http.empty()) {
+            out += ",\"http\":[";
+            for (std::size_t k = 0; k < r.http.size(); ++k) {
+                out += k > 0 ? ",{\"methods\":" : "{\"methods\":";
+                strings_json(out, r.http[k].methods);
+                out += ",\"paths\":";
+                strings_json(out, r.http[k].paths);
+                out += ",\"requests\":" + std::to_string(r.http[k].requests) + "}";
+            }
+            out += "]";
+        }
         if (!r.resolves_to.empty()) {
             out += ",\"resolves_to\":";
             strings_json(out, r.resolves_to);
         }
+        if (!r.credentials.empty()) {
+            out += ",\"credentials_injected\":";
+            strings_json(out, r.credentials);
+        }
         out += ",\"seen\":";
         counts_json(out, r.counts);
+        if (r.refused > 0 || r.paths_not_learned > 0 || r.paths_unknown > 0) {
+            out.pop_back();
+            out += ",\"refused_by_request_rules\":" + std::to_string(r.refused) +
+                   ",\"paths_not_learned\":" + std::to_string(r.paths_not_learned) +
+                   ",\"paths_unknown\":" + std::to_string(r.paths_unknown) + "}";
+        }
         if (!r.names.empty()) {
             out.pop_back();
             out += ",\"names\":{";

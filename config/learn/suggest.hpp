@@ -17,6 +17,13 @@
 //   report mode for a port or method the rule does not list) keeps a rule whose resolves_to
 //   lists the addresses seen, /32 or /128 each.
 // - cordon's own reserved name (cordon.events) is left out: cordon answers it itself.
+// - Requests inside TLS tunnels cordon inspected (`http.request` records) make the name's
+//   rule `protocol: https` (with the CONNECTs to that host and port), and its paths an
+//   `http:` list of request rules (request_rules.hpp); plain-HTTP requests recorded with
+//   their paths do the same for an http rule. Requests the policy's request rules refused
+//   (http_rule) are never let through by what is learned. A credential cordon injected is
+//   named in a comment, never made part of the rule (its header and format are not
+//   recorded).
 
 #include <cstddef>
 #include <cstdint>
@@ -27,12 +34,16 @@
 
 #include "config/learn/learn.hpp"
 #include "config/learn/public_suffix.hpp"
+#include "config/learn/request_rules.hpp"
 #include "config/policy.hpp"
 
 namespace cordon::learn {
 
 struct suggest_options {
     std::size_t siblings = 3;  ///< collapse when more than this many names share a parent
+    /// Paths: more than this many distinct segments under one prefix generalise ("*").
+    std::size_t path_siblings = 8;
+    std::size_t max_paths = 16;  ///< path globs per rule at most
 };
 
 /// Counts of the requests behind one rule.
@@ -50,7 +61,19 @@ struct suggested_rule {
     std::string cidr;                  ///< "203.0.113.7/32"; empty for a host rule
     std::vector<std::uint16_t> ports;  ///< sorted
     config::protocol proto = config::protocol::tls;
-    std::vector<std::string> methods;      ///< http only, sorted
+    std::vector<std::string> methods;  ///< http only, sorted; empty when `http` is set
+    /// http and https: request rules learned from the paths seen; empty: any request.
+    std::vector<learned_entry> http;
+    /// Requests with paths that `http` does not take (request_rules.hpp), and examples.
+    std::uint64_t paths_not_learned = 0;
+    std::vector<path_request> paths_not_learned_examples;
+    /// Requests whose path was not recorded, left out of `http` (it was learned anyway).
+    std::uint64_t paths_unknown = 0;
+    /// Requests the policy's request rules refused (http_rule): kept out of `http`.
+    std::uint64_t refused = 0;
+    std::vector<path_request> refused_examples;  ///< the most requested, at most 3
+    /// https: the names of the secrets cordon injected on these requests (comment only).
+    std::vector<std::string> credentials;
     std::vector<std::string> resolves_to;  ///< "10.20.0.5/32", sorted
     seen_counts counts;
     /// The names a wildcard covers, most requested first (empty for exact rules).

@@ -19,7 +19,14 @@
 namespace cordon::proxy::audit {
 namespace {
 
-enum class kind_of_event : std::uint8_t { other, open, deny, dns_query, dns_deny };
+enum class kind_of_event : std::uint8_t { other, open, deny, dns_query, dns_deny, http_request };
+
+// Distinct paths kept per target, kind and outcome class before the reader folds new ones
+// to their first segment, and that many more before it folds them to "/": an agent that
+// asks for a million distinct paths costs a bounded amount of memory (and suggest reads
+// "prefix/**" for what was folded).
+constexpr std::size_t max_paths_per_target = 1024;
+constexpr std::size_t max_folded_per_target = 256;
 
 // The fields of one audit line this reader uses, as raw views into the line: string values
 // without their quotes (escapes kept), numbers as written.
@@ -38,6 +45,7 @@ struct fields {
     std::string_view name;
     std::string_view path;
     std::string_view repeats;
+    std::string_view credential;
     bool job_seen = false;
 };
 
@@ -55,6 +63,9 @@ kind_of_event event_kind(std::string_view e) {
     }
     if (e == "dns.deny") {
         return kind_of_event::dns_deny;
+    }
+    if (e == "http.request") {
+        return kind_of_event::http_request;
     }
     return kind_of_event::other;
 }
@@ -219,6 +230,8 @@ scan_result scan_fields(std::string_view s, fields& f) {
             case 10:
                 if (key == "would_deny") {
                     f.would_deny = value;
+                } else if (key == "credential") {
+                    f.credential = value;
                 }
                 break;
             default: break;
@@ -249,6 +262,24 @@ std::uint64_t count_of(std::string_view repeats) {
         return 1;
     }
     return n;
+}
+
+// A JSON string value as the scanner gives it (escapes kept), decoded when its only escapes
+// are \" and \\ (all a path in normal form can need); nullopt otherwise.
+std::optional<std::string> simple_unescaped(std::string_view v) {
+    std::string out;
+    out.reserve(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] != '\\') {
+            out.push_back(v[i]);
+            continue;
+        }
+        if (i + 1 >= v.size() || (v[i + 1] != '"' && v[i + 1] != '\\')) {
+            return std::nullopt;
+        }
+        out.push_back(v[++i]);
+    }
+    return out;
 }
 
 }  // namespace
@@ -301,9 +332,10 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         used();
         return;
     }
+    const bool inspected = f.event == kind_of_event::http_request;
     learn::seen_outcome outcome = learn::seen_outcome::allowed;
     std::string_view reason;
-    if (f.event == kind_of_event::deny) {
+    if (f.event == kind_of_event::deny || (inspected && !f.reason.empty())) {
         if (!learn::is_policy_reason(f.reason)) {
             ++not_policy_[std::string(learn::known_reason(f.reason))];
             used();
@@ -337,15 +369,59 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
     }
     const std::string_view address = address_;
     const bool tcp_rule = f.event == kind_of_event::open && f.rule.ends_with("/tcp");
-    key_.clear();
-    key_.push_back(static_cast<char>('0' + static_cast<int>(outcome)));
-    key_.push_back(tcp_rule ? 't' : '-');
-    key_.append(f.target).push_back('\x1f');
-    key_.append(f.method).push_back('\x1f');
-    key_.append(f.path).push_back('\x1f');
-    key_.append(reason).push_back('\x1f');
-    key_.append(address);
+    const bool https_rule = f.event == kind_of_event::open && f.rule.ends_with("/https");
+    // The path as suggest and replay use it: normal form, no query, bounded (learn.hpp);
+    // unusable (an escape other than \", not in normal form): none. Looked up first as
+    // written (cordon writes paths in normal form), and read properly only for a new entry.
+    const bool has_path = !f.path.empty() &&
+                          (inspected || (!f.method.empty() && f.method != "CONNECT"));
+    std::optional<learn::recorded_path> path;
+    std::string_view path_key = has_path ? f.path.substr(0, f.path.find('?')) : "";
+    const std::string_view credential = inspected && f.credential.size() <= 64 &&
+                                                f.credential.find('\\') == std::string_view::npos
+                                            ? f.credential
+                                            : std::string_view();
+    const auto make_key = [&] {
+        key_.clear();
+        key_.push_back(static_cast<char>('0' + static_cast<int>(outcome)));
+        key_.push_back(tcp_rule ? 't' : https_rule ? 's' : '-');
+        key_.push_back(inspected ? 'i' : '-');
+        key_.push_back(path && path->cut ? 'c' : '-');
+        key_.append(f.target).push_back('\x1f');
+        key_.append(f.method).push_back('\x1f');
+        key_.append(path_key).push_back('\x1f');
+        key_.append(reason).push_back('\x1f');
+        key_.append(credential).push_back('\x1f');
+        key_.append(address);
+    };
+    make_key();
     auto it = requests_.find(key_);
+    if (it == requests_.end() && has_path) {
+        if (const auto text = simple_unescaped(f.path)) {
+            path = learn::parse_recorded_path(*text);
+        }
+        path_key = path ? std::string_view(path->path) : std::string_view();
+        make_key();
+        it = requests_.find(key_);
+    }
+    if (it == requests_.end() && path) {
+        // A new path: within the target's bound, or folded.
+        std::string bucket(f.target);
+        bucket.push_back(inspected ? 'i' : '-');
+        bucket.push_back(reason == "http_rule" ? 'r' : '-');
+        std::size_t& n = paths_[bucket];
+        if (n >= max_paths_per_target) {
+            path = learn::fold_path(*path,
+                                    n >= max_paths_per_target + max_folded_per_target ? 0 : 1);
+            ++stats.paths_folded;
+            path_key = path->path;
+            make_key();
+            it = requests_.find(key_);
+        }
+        if (it == requests_.end()) {
+            ++n;
+        }
+    }
     if (it == requests_.end()) {
         entry e;
         learn::seen_request& r = e.request;
@@ -353,18 +429,22 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         r.reason = std::string(learn::known_reason(reason));
         r.address = std::string(address);
         r.tcp_rule = tcp_rule;
+        r.https_rule = https_rule;
         // Records before conn.deny carried a method are CONNECTs as far as can be told.
-        r.kind = f.method.empty() || f.method == "CONNECT" ? config::request_kind::connect
-                                                           : config::request_kind::http;
+        r.kind = inspected                                   ? config::request_kind::inspected
+                 : f.method.empty() || f.method == "CONNECT" ? config::request_kind::connect
+                                                             : config::request_kind::http;
         const bool method_ok = r.kind == config::request_kind::connect ||
-                               config::valid_http_method(f.method);
-        if (r.kind == config::request_kind::http) {
+                               (config::valid_http_method(f.method) && f.method != "CONNECT");
+        if (r.kind != config::request_kind::connect) {
             r.method = std::string(f.method);
-            // Written only where request rules judged the path; an escaped one (a '"' in
-            // it) is left out: replay then cannot tell, and says so.
-            if (f.path.find('\\') == std::string_view::npos) {
-                r.path = std::string(f.path);
+            // http: written only where request rules judged the path; unusable ones are
+            // left out: replay then cannot tell, and says so.
+            if (path) {
+                r.path = path->path;
+                r.path_cut = path->cut;
             }
+            r.credential = std::string(credential);
         }
         const config::target_result t = f.target.find('\\') == std::string_view::npos
                                             ? config::parse_connect_target(f.target)
@@ -426,19 +506,20 @@ learn::seen_traffic traffic_collector::finish() const {
     }
     std::sort(out.requests.begin(), out.requests.end(),
               [](const learn::seen_request& a, const learn::seen_request& b) {
-                  return std::tie(a.host, a.port, a.kind, a.method, a.path, a.outcome, a.reason,
-                                  a.address, a.tcp_rule) <
-                         std::tie(b.host, b.port, b.kind, b.method, b.path, b.outcome, b.reason,
-                                  b.address, b.tcp_rule);
+                  return std::tie(a.host, a.port, a.kind, a.method, a.path, a.path_cut, a.outcome,
+                                  a.reason, a.credential, a.address, a.tcp_rule, a.https_rule) <
+                         std::tie(b.host, b.port, b.kind, b.method, b.path, b.path_cut, b.outcome,
+                                  b.reason, b.credential, b.address, b.tcp_rule, b.https_rule);
               });
     // Entries that differ only in raw spelling (an upper-case host) are the same request.
     std::vector<learn::seen_request> merged;
     for (auto& r : out.requests) {
         if (!merged.empty()) {
             auto& m = merged.back();
-            if (std::tie(m.host, m.port, m.kind, m.method, m.path, m.outcome, m.reason, m.address,
-                         m.tcp_rule) == std::tie(r.host, r.port, r.kind, r.method, r.path,
-                                                 r.outcome, r.reason, r.address, r.tcp_rule)) {
+            if (std::tie(m.host, m.port, m.kind, m.method, m.path, m.path_cut, m.outcome, m.reason,
+                         m.credential, m.address, m.tcp_rule, m.https_rule) ==
+                std::tie(r.host, r.port, r.kind, r.method, r.path, r.path_cut, r.outcome, r.reason,
+                         r.credential, r.address, r.tcp_rule, r.https_rule)) {
                 m.count += r.count;
                 continue;
             }

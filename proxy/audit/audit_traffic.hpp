@@ -28,9 +28,12 @@ struct traffic_stats {
     std::uint64_t files = 0;
     std::uint64_t bytes = 0;       ///< bytes searched
     std::uint64_t lines = 0;       ///< lines of the job read
-    std::uint64_t used = 0;        ///< records counted (conn.open, conn.deny, dns.*)
+    std::uint64_t used = 0;        ///< records counted (conn.*, http.request, dns.*)
     std::uint64_t malformed = 0;   ///< lines of the job that were not audit JSON objects
     std::uint64_t bad_target = 0;  ///< records whose target (or HTTP method) was unusable
+    /// New paths folded to their first segment (or "/") past the bound on distinct paths
+    /// per target.
+    std::uint64_t paths_folded = 0;
 };
 
 /// Counts the records of one job, line by line. Not thread-safe.
@@ -62,6 +65,7 @@ private:
     std::string key_;      // scratch
     std::string address_;  // scratch: the record's non-public addresses
     std::unordered_map<std::string, entry> requests_;
+    std::unordered_map<std::string, std::size_t> paths_;  // distinct paths per target bucket
     std::unordered_map<std::string, learn::seen_name> dns_;
     std::unordered_set<std::string> sessions_;
     std::map<std::string, std::uint64_t> not_policy_;

@@ -807,6 +807,285 @@ c.end();
         self.assertEqual(self.status_and_reason(p)[1], "credential_misuse")
 
 
+class _GitHandler(http.server.BaseHTTPRequestHandler):
+    """Git's smart HTTP: every request handed to the real `git http-backend` (CGI) on the
+    origin's repositories; with `origin.auth` set, a request without exactly that
+    Authorization is answered 401 and never reaches the backend."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _serve(self):
+        origin = self.server.origin
+        body = _Handler._body(self)
+        path, _, query = self.path.partition("?")
+        origin.record({"method": self.command, "path": self.path,
+                       "headers": {k.lower(): v for k, v in self.headers.items()}})
+        if origin.auth and self.headers.get("Authorization") != origin.auth:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Bearer realm="git"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": origin.root,
+               "GIT_CONFIG_NOSYSTEM": "1", "GIT_PROJECT_ROOT": origin.root,
+               "GIT_HTTP_EXPORT_ALL": "1", "REQUEST_METHOD": self.command, "PATH_INFO": path,
+               "QUERY_STRING": query, "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+               "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
+               "REMOTE_USER": "tester"}  # with a user, http-backend takes pushes too
+        for name in ("Git-Protocol", "Content-Encoding"):
+            if self.headers.get(name):
+                env["HTTP_" + name.upper().replace("-", "_")] = self.headers[name]
+        p = subprocess.run(["git", "http-backend"], input=body, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        head, _, out = p.stdout.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.split(b"\r\n"):
+            k, _, v = line.decode("latin-1").partition(":")
+            if k.lower() == "status":
+                status = int(v.split()[0])
+            elif k:
+                headers.append((k, v.strip()))
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = _serve
+
+
+def git_env(home, ca, proxy=None):
+    """git reading no configuration but the test's: HOME is a temp dir, no system file,
+    never a prompt; cordon's CA trusted as `cordon run` gives it."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
+           "XDG_CONFIG_HOME": os.path.join(home, ".config"), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_TERMINAL_PROMPT": "0", "GIT_SSL_CAINFO": ca, "LC_ALL": "C",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.test",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.test",
+           "NO_PROXY": "", "no_proxy": ""}
+    if proxy:
+        env["https_proxy"] = env["HTTPS_PROXY"] = proxy
+    return env
+
+
+class GitOverInspectionTests(unittest.TestCase):
+    """Issue 21: git's smart HTTP through an inspected tunnel, to the real `git
+    http-backend` behind a loopback TLS origin. Request rules allow reading the repository
+    (GET info/refs, POST git-upload-pack) and nothing else: ls-remote and clone work, a push
+    is refused at its git-receive-pack POST with 403 http_rule and never reaches the origin.
+    A second origin takes only the real secret, which git never holds: it sends the
+    session's placeholder (http.extraHeader) and cordon swaps it in. Then `policy suggest`
+    learns those request rules back from the audit log."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = H.TempDir("cordon-it-git-")
+        cls.home = cls.tmp.join("home")
+        os.makedirs(cls.home)
+        env = git_env(cls.home, "/dev/null")
+        # A bare repository with one commit, made without any network.
+        cls.root = cls.tmp.join("srv")
+        os.makedirs(cls.root)
+        work = cls.tmp.join("seed")
+        for args in (["init", "-q", "--bare", "-b", "main", os.path.join(cls.root, "repo.git")],
+                     ["init", "-q", "-b", "main", work]):
+            subprocess.run(["git", *args], check=True, env=env, timeout=60)
+        with open(os.path.join(work, "README"), "w") as f:
+            f.write("hello through cordon\n")
+        for args in (["add", "README"], ["commit", "-q", "-m", "first"],
+                     ["push", "-q", os.path.join(cls.root, "repo.git"), "main"]):
+            subprocess.run(["git", "-C", work, *args], check=True, env=env, timeout=60)
+        cls.head = subprocess.run(["git", "-C", work, "rev-parse", "HEAD"], check=True,
+                                  env=env, stdout=subprocess.PIPE, text=True,
+                                  timeout=60).stdout.strip()
+        cls.origins = {}
+        for name, auth in (("git.test", None), ("gitauth.test", f"Bearer {REAL_SECRET}")):
+            cert, key = PKI.leaf(name.split(".")[0], name)
+            o = InspectOrigin(name, cert, key)
+            o.server.RequestHandlerClass = _GitHandler
+            o.root, o.auth = cls.root, auth
+            cls.origins[name] = o
+        cls.dns = H.FakeDNS({n: {"A": ["127.0.0.1"]} for n in cls.origins})
+        read_only = ("        http:\n"
+                     "          - { methods: [GET], paths: [/repo.git/info/refs] }\n"
+                     "          - { methods: [POST], paths: [/repo.git/git-upload-pack] }\n")
+        jobs = ("  gitter:\n"
+                "    task: read one repository over HTTPS, never push\n"
+                "    egress:\n"
+                "      - host: git.test\n"
+                f"        ports: [{cls.origins['git.test'].port}]\n"
+                "        protocol: https\n"
+                "        resolves_to: [127.0.0.0/8]\n" + read_only +
+                "      - host: gitauth.test\n"
+                f"        ports: [{cls.origins['gitauth.test'].port}]\n"
+                "        protocol: https\n"
+                "        resolves_to: [127.0.0.0/8]\n"
+                "        credential: { secret: openai, header: Authorization, "
+                "format: \"Bearer {}\" }\n" + read_only +
+                "    credentials: { GIT_TOKEN: openai }\n"
+                "    identity: { ttl: 30m }\n")
+        cls.ca = cordon_ca_dir()
+        cls.cordon = H.Cordon(jobs, cls.dns.port, extra_yaml=inspect_yaml(cls.ca)).start()
+        cls.s = cls.cordon.create_session("gitter")
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            raw = cls.cordon.audit_raw().decode()
+            assert REAL_SECRET not in raw, "the real secret is in the audit log"
+        finally:
+            cls.cordon.stop()
+            cls.cordon.cleanup()
+            for o in cls.origins.values():
+                o.stop()
+            cls.dns.stop()
+            cls.tmp.cleanup()
+
+    def git(self, *args, cwd=None, extra=()):
+        env = git_env(self.home, os.path.join(self.ca, "ca.pem"),
+                      self.cordon.proxy_url(self.s))
+        cmd = ["git", *extra, *args]
+        return subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+
+    def url(self, host):
+        return f"https://{host}:{self.origins[host].port}/repo.git"
+
+    def auth_header(self):
+        return ["-c", f"http.extraHeader=Authorization: Bearer {self.s['credentials']['GIT_TOKEN']}"]
+
+    def test_1_ls_remote_and_clone_through_the_request_rules(self):
+        p = self.git("ls-remote", self.url("git.test"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"{self.head}\trefs/heads/main", p.stdout)
+        dest = self.tmp.join("clone-plain")
+        p = self.git("clone", "-q", self.url("git.test"), dest)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(dest, "README")) as f:
+            self.assertEqual(f.read(), "hello through cordon\n")
+        seen = {(r["method"], r["path"].split("?")[0])
+                for r in self.origins["git.test"].requests}
+        self.assertEqual(seen, {("GET", "/repo.git/info/refs"),
+                                ("POST", "/repo.git/git-upload-pack")})
+        evs = [e for e in self.cordon.audit_events() if e["event"] == "http.request"
+               and e["target"].startswith("git.test:")]
+        self.assertTrue(evs)
+        self.assertEqual({e["status"] for e in evs}, {200})
+
+    def test_2_a_push_is_refused_at_git_receive_pack(self):
+        dest = self.tmp.join("clone-push")
+        p = self.git("clone", "-q", self.url("git.test"), dest)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(dest, "NEW"), "w") as f:
+            f.write("must not arrive\n")
+        env = git_env(self.home, "/dev/null")
+        for args in (["add", "NEW"], ["commit", "-q", "-m", "second"]):
+            subprocess.run(["git", "-C", dest, *args], check=True, env=env, timeout=60)
+        p = self.git("push", "origin", "main", cwd=dest)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("403", p.stderr)
+        # The origin saw the advertisement (GET info/refs is allowed whatever the query),
+        # never the pack: cordon refused the POST before it left.
+        self.assertNotIn("POST", {r["method"] for r in self.origins["git.test"].requests
+                                  if "receive-pack" in r["path"]})
+        ev = self.events(lambda e: e.get("path") == "/repo.git/git-receive-pack")
+        self.assertEqual((ev["method"], ev["status"], ev["reason"]), ("POST", 403, "http_rule"))
+        # and the bare repository still has one commit
+        out = subprocess.run(["git", "--git-dir", os.path.join(self.root, "repo.git"), "log",
+                              "--oneline", "main"], env=git_env(self.home, "/dev/null"),
+                             stdout=subprocess.PIPE, text=True, timeout=60).stdout
+        self.assertEqual(len(out.splitlines()), 1, out)
+
+    def test_3_the_credentialed_origin_gets_the_real_secret_git_never_holds(self):
+        o = self.origins["gitauth.test"]
+        # Without the placeholder: refused by cordon (credential_required), never asked.
+        before = len(o.requests)
+        p = self.git("ls-remote", self.url("gitauth.test"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(len(o.requests), before)
+        ev = self.events(lambda e: e["target"].startswith("gitauth.test:")
+                         and e.get("reason") == "credential_required")
+        self.assertEqual(ev["status"], 403)
+        # With it: the origin sees the real secret on every request, git sees none.
+        p = self.git("ls-remote", self.url("gitauth.test"), extra=self.auth_header())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"{self.head}\trefs/heads/main", p.stdout)
+        dest = self.tmp.join("clone-auth")
+        p = self.git("clone", "-q", self.url("gitauth.test"), dest, extra=self.auth_header())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(os.path.exists(os.path.join(dest, "README")))
+        auths = {r["headers"].get("authorization") for r in o.requests[before:]}
+        self.assertEqual(auths, {f"Bearer {REAL_SECRET}"})
+        self.assertNotIn(REAL_SECRET, p.stdout + p.stderr)
+        ev = self.events(lambda e: e["target"].startswith("gitauth.test:")
+                         and e.get("status") == 200)
+        self.assertEqual(ev["credential"], "openai")
+
+    def test_4_policy_suggest_learns_the_request_rules_back(self):
+        # The traffic of tests 1-3 (unittest runs them in name order), or made here when
+        # this test runs alone: reads of both origins and a refused push.
+        if not self.events_now(lambda e: e.get("path") == "/repo.git/git-receive-pack"):
+            self.test_2_a_push_is_refused_at_git_receive_pack()
+        if not self.events_now(lambda e: e.get("path") == "/repo.git/git-upload-pack"
+                               and e["target"].startswith("gitauth.test:")):
+            p = self.git("clone", "-q", self.url("gitauth.test"), self.tmp.join("clone-4"),
+                         extra=self.auth_header())
+            self.assertEqual(p.returncode, 0, p.stderr)
+        self.events(lambda e: e.get("path") == "/repo.git/git-upload-pack"
+                    and e["target"].startswith("gitauth.test:"))  # written out
+        p = subprocess.run([H.CORDON_BIN, "policy", "suggest", "--job", "gitter", "--config",
+                            self.cordon.config_path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = p.stdout
+        for host in ("git.test", "gitauth.test"):
+            port = self.origins[host].port
+            rule = (f"  - host: {host}\n    ports: [{port}]\n    protocol: https\n"
+                    '    resolves_to: ["127.0.0.1/32"]\n    http:\n')
+            self.assertIn(rule, out)
+            block = out.split(rule, 1)[1].split("  - host:", 1)[0].split("\n# ", 1)[0]
+            self.assertIn('- { methods: [GET], paths: ["/repo.git/info/refs"] }', block)
+            self.assertIn('- { methods: [POST], paths: ["/repo.git/git-upload-pack"] }', block)
+            self.assertNotIn("receive-pack", block)
+        self.assertIn("refused by the policy's request rules (http_rule), kept out: "
+                      "POST /repo.git/git-receive-pack", out)
+        self.assertIn("credential: { secret: openai, header: ..., format: \"...\" }", out)
+        # It loads (with the inspect section, as the comment says), and replaying the
+        # audit log against it changes nothing: the push stays refused.
+        path = self.tmp.join("learned.yaml")
+        with open(path, "w") as f:
+            f.write("listen: { proxy: 127.0.0.1:3128 }\n" + inspect_yaml(self.ca) +
+                    f"audit: {{ path: {self.cordon.audit_dir} }}\n"
+                    "jobs:\n  gitter:\n    task: learned\n" +
+                    "".join("    " + ln + "\n" for ln in out.splitlines()))
+        c = subprocess.run([H.CORDON_BIN, "check-config", path], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
+        r = subprocess.run([H.CORDON_BIN, "policy", "replay", "--config", path, "--job",
+                            "gitter", "--format", "json"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["newly_denied"], [], r.stdout)
+        self.assertEqual(doc["newly_allowed"], [], r.stdout)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def events_now(self, pred):
+        return [e for e in self.cordon.audit_events() if e["event"] == "http.request" and pred(e)]
+
+    def events(self, pred):
+        got = []
+
+        def ready():
+            got[:] = self.events_now(pred)
+            return bool(got)
+        H.wait_until(ready, 5)
+        self.assertTrue(got, "no such http.request record")
+        return got[-1]
+
+
 def namespaces_unavailable():
     """Why `cordon run` cannot run here, or None (as test_run.py decides)."""
     try:

@@ -11,8 +11,10 @@ using namespace cordon::learn;
 
 namespace {
 
-std::shared_ptr<const compiled_policy> policy_of(std::string_view egress, bool report = false) {
-    std::string text = "listen: { proxy: 127.0.0.1:3128 }\njobs:\n  agent:\n    task: t\n";
+std::shared_ptr<const compiled_policy> policy_of(std::string_view egress, bool report = false,
+                                                 std::string_view head = {}) {
+    std::string text = "listen: { proxy: 127.0.0.1:3128 }\n" + std::string(head) +
+                       "jobs:\n  agent:\n    task: t\n";
     if (report) {
         text += "    mode: report\n";
     }
@@ -209,4 +211,68 @@ TEST_CASE("replay: request rules are decided on the recorded path, or said undet
     REQUIRE(r.undetermined.size() == 1);
     CHECK(r.undetermined[0].now_reason == "http_rule?");
     CHECK(r.undetermined[0].count == 4);
+}
+
+TEST_CASE("replay: inspected requests are decided by the new rule's request rules", "[replay]") {
+    seen_traffic t;
+    t.job = "agent";
+    auto in = [](std::string method, std::string path, seen_outcome o, std::uint64_t n,
+                 std::string reason = {}) {
+        seen_request r = req("api.example.com", 443, o, n, std::move(reason));
+        r.kind = request_kind::inspected;
+        r.method = std::move(method);
+        r.path = std::move(path);
+        return r;
+    };
+    seen_request cut = in("GET", "/v1/models", seen_outcome::allowed, 1);
+    cut.path_cut = true;  // "/v1/models" and something below it: cannot tell
+    t.requests = {
+        req("api.example.com", 443, seen_outcome::allowed, 3),  // the tunnels
+        in("POST", "/v1/chat/completions", seen_outcome::allowed, 5),
+        in("DELETE", "/v1/files/1", seen_outcome::allowed, 2),                 // now http_rule
+        in("GET", "/v1/models/gpt-4o", seen_outcome::denied, 3, "http_rule"),  // now allowed
+        cut,
+    };
+    const auto p = policy_of("      - host: api.example.com\n"
+                             "        ports: [443]\n"
+                             "        protocol: https\n"
+                             "        http:\n"
+                             "          - { methods: [POST], paths: [/v1/chat/completions] }\n"
+                             "          - { methods: [GET], paths: [\"/v1/models/*\"] }\n",
+                             false, "inspect: { ca: { cert: /ca.pem, key: /ca.key } }\n");
+    const replay_result r = replay(t, *p);
+    CHECK(r.same_allowed == 3 + 5);
+    REQUIRE(r.newly_denied.size() == 1);
+    CHECK(r.newly_denied[0].kind == request_kind::inspected);
+    CHECK(r.newly_denied[0].path == "/v1/files/1");
+    CHECK(r.newly_denied[0].now_reason == "http_rule");
+    REQUIRE(r.newly_allowed.size() == 1);
+    CHECK(r.newly_allowed[0].path == "/v1/models/gpt-4o");
+    CHECK(r.newly_allowed[0].now_rule == "api.example.com:443/https");
+    REQUIRE(r.undetermined.size() == 1);
+    CHECK(r.undetermined[0].path == "/v1/models/**");
+    CHECK(r.undetermined[0].now_reason == "http_rule?");
+    const std::string table = render_table(r, "new.yaml");
+    CHECK(table.find("DELETE https api.example.com:443 /v1/files/1  allowed  denied http_rule") !=
+          std::string::npos);
+    const std::string json = render_json(r, "new.yaml");
+    CHECK(json.find("\"kind\":\"inspected\",\"method\":\"DELETE\",\"path\":\"/v1/files/1\"") !=
+          std::string::npos);
+}
+
+TEST_CASE("replay: the table shows the most requested rows of a section", "[replay]") {
+    seen_traffic t;
+    t.job = "agent";
+    for (int i = 0; i < 60; ++i) {
+        t.requests.push_back(req("h" + std::to_string(i) + ".example.com", 443,
+                                 seen_outcome::allowed, static_cast<std::uint64_t>(i + 1)));
+    }
+    const auto p = policy_of("      - { host: other.example.com, ports: [443] }\n");
+    const replay_result r = replay(t, *p);
+    CHECK(r.newly_denied.size() == 60);
+    const std::string table = render_table(r, "new.yaml");
+    CHECK(table.find("CONNECT h59.example.com:443") != std::string::npos);
+    CHECK(table.find("CONNECT h0.example.com:443") == std::string::npos);
+    CHECK(table.find("and 10 more rows (--format json lists them all)") != std::string::npos);
+    CHECK(render_json(r, "new.yaml").find("h0.example.com") != std::string::npos);
 }

@@ -39,6 +39,21 @@ seen_request http(std::string host, std::uint16_t port, std::string method,
     return r;
 }
 
+seen_request inspected(std::string host, std::uint16_t port, std::string method, std::string path,
+                       seen_outcome o = seen_outcome::allowed, std::uint64_t count = 1) {
+    seen_request r = req(std::move(host), port, o, count);
+    r.kind = request_kind::inspected;
+    r.method = std::move(method);
+    r.path = std::move(path);
+    return r;
+}
+
+seen_request refused(seen_request r) {
+    r.outcome = seen_outcome::denied;
+    r.reason = "http_rule";
+    return r;
+}
+
 const suggested_rule* find_rule(const suggestion& s, std::string_view host_or_cidr) {
     for (const auto& r : s.rules) {
         if (r.host == host_or_cidr || r.cidr == host_or_cidr) {
@@ -58,8 +73,11 @@ std::vector<std::string> hosts(const suggestion& s) {
 
 // The suggested section put under a job card, loaded by the real loader.
 std::shared_ptr<const compiled_policy> as_policy(const suggestion& s, std::string_view job) {
-    std::string text = "listen: { proxy: 127.0.0.1:3128 }\njobs:\n  " + std::string(job) +
-                       ":\n    task: learned\n";
+    // https rules need the inspect section (the loader does not read the files).
+    std::string text =
+        "listen: { proxy: 127.0.0.1:3128 }\ninspect: { ca: { cert: /ca.pem, key: /ca.key } }\n"
+        "secrets: { openai: { file: /openai } }\njobs:\n  " +
+        std::string(job) + ":\n    task: learned\n";
     const std::string yaml = render_yaml(s);
     std::size_t at = 0;
     while (at < yaml.size()) {
@@ -355,4 +373,147 @@ TEST_CASE("suggest: the JSON stays valid whatever bytes the audit log held", "[s
     CHECK(v.at("dns_only").as_array().at(0).at("name").as_string() == "t\xe2\x80\xa8x" + fffd);
     CHECK(out.find("\\u0001") != std::string::npos);
     CHECK(out.find("\\u001f") != std::string::npos);
+}
+
+TEST_CASE("suggest: inspected requests make an https rule with request rules", "[suggest]") {
+    const auto psl = public_suffix_list::parse(list);
+    seen_traffic t;
+    t.job = "agent";
+    seen_request tunnel = req("api.example.com", 443, seen_outcome::allowed, 3);
+    tunnel.https_rule = true;
+    t.requests = {tunnel, req("api.example.com", 8443, seen_outcome::allowed, 1)};
+    for (const char* id : {"123", "456", "789"}) {
+        t.requests.push_back(
+            inspected("api.example.com", 443, "GET", std::string("/v1/files/") + id));
+    }
+    seen_request chat = inspected("api.example.com", 443, "POST", "/v1/chat/completions",
+                                  seen_outcome::allowed, 20);
+    chat.credential = "openai";
+    t.requests.push_back(chat);
+    t.requests.push_back(
+        inspected("api.example.com", 443, "GET", "/v1/models", seen_outcome::would_deny, 2));
+    t.requests.push_back(
+        refused(inspected("api.example.com", 443, "DELETE", "/v1/files/123", {}, 4)));
+    t.requests.push_back(refused(inspected("api.example.com", 443, "GET", "/admin/users", {}, 1)));
+    const suggestion s = suggest(t, psl, {});
+    REQUIRE(s.rules.size() == 2);
+    CHECK(s.rules[0].proto == protocol::tls);  // 8443 was not inspected
+    CHECK(s.rules[0].ports == std::vector<std::uint16_t>{8443});
+    const suggested_rule& h = s.rules[1];
+    CHECK(h.host == "api.example.com");
+    CHECK(h.proto == protocol::https);
+    CHECK(h.ports == std::vector<std::uint16_t>{443});  // the inspected port only
+    CHECK(h.methods.empty());
+    REQUIRE(h.http.size() == 2);
+    CHECK(h.http[0].methods == std::vector<std::string>{"GET"});
+    CHECK(h.http[0].paths == std::vector<std::string>{"/v1/files/*", "/v1/models"});
+    CHECK(h.http[0].requests == 5);
+    CHECK(h.http[1].methods == std::vector<std::string>{"POST"});
+    CHECK(h.http[1].paths == std::vector<std::string>{"/v1/chat/completions"});
+    CHECK(h.refused == 5);
+    CHECK(h.credentials == std::vector<std::string>{"openai"});
+    CHECK(h.counts.total() == 3 + 3 + 20 + 2 + 5);
+
+    const std::string yaml = render_yaml(s);
+    CHECK(yaml.find("  - host: api.example.com\n    ports: [443]\n    protocol: https\n"
+                    "    http:\n      # 5 requests\n"
+                    "      - { methods: [GET], paths: [\"/v1/files/*\", \"/v1/models\"] }\n"
+                    "      # 20 requests\n"
+                    "      - { methods: [POST], paths: [\"/v1/chat/completions\"] }\n") !=
+          std::string::npos);
+    CHECK(yaml.find("credential: { secret: openai,") != std::string::npos);
+    CHECK(yaml.find("5 requests refused by the policy's request rules (http_rule), kept out: "
+                    "DELETE /v1/files/123 4, GET /admin/users 1") != std::string::npos);
+    CHECK(yaml.find("need the policy's `inspect` section") != std::string::npos);
+    const std::string json = render_json(s);
+    CHECK(json.find("\"protocol\":\"https\",\"http\":[{\"methods\":[\"GET\"],\"paths\":["
+                    "\"/v1/files/*\",\"/v1/models\"],\"requests\":5},") != std::string::npos);
+    CHECK(json.find("\"credentials_injected\":[\"openai\"]") != std::string::npos);
+
+    // The section loads; replayed on its own traffic it denies nothing newly, allows the
+    // refused requests nowhere, and lets the would-deny one through.
+    const auto p = as_policy(s, "agent");
+    const replay_result r = replay(t, *p);
+    CHECK(r.newly_denied.empty());
+    CHECK(r.undetermined.empty());
+    CHECK(r.count(r.newly_allowed) == 2);
+    CHECK(r.same_denied == 5);
+}
+
+TEST_CASE("suggest: plain HTTP requests recorded with paths get request rules", "[suggest]") {
+    const auto psl = public_suffix_list::parse(list);
+    seen_traffic t;
+    t.job = "agent";
+    seen_request a = http("docs.example.org", 80, "GET", seen_outcome::allowed, 2);
+    a.path = "/guide/intro";
+    seen_request b = http("docs.example.org", 80, "HEAD", seen_outcome::allowed, 1);
+    b.path = "/guide/intro";
+    seen_request c = refused(http("docs.example.org", 80, "POST"));
+    c.path = "/guide/intro";
+    seen_request d = http("other.example.org", 80, "GET");  // no path recorded
+    t.requests = {a, b, c, d};
+    const suggestion s = suggest(t, psl, {});
+    REQUIRE(s.rules.size() == 2);
+    CHECK(s.rules[0].host == "docs.example.org");
+    CHECK(s.rules[0].methods.empty());  // the loader takes methods or http, not both
+    REQUIRE(s.rules[0].http.size() == 1);
+    CHECK(s.rules[0].http[0].methods == std::vector<std::string>{"GET", "HEAD"});
+    CHECK(s.rules[1].host == "other.example.org");
+    CHECK(s.rules[1].http.empty());
+    CHECK(s.rules[1].methods == std::vector<std::string>{"GET"});
+    const auto p = as_policy(s, "agent");
+    const replay_result r = replay(t, *p);
+    CHECK(r.newly_denied.empty());
+    CHECK(r.same_denied == 1);
+}
+
+TEST_CASE("suggest: a rule that would only let refused requests through is left out", "[suggest]") {
+    const auto psl = public_suffix_list::parse(list);
+    seen_traffic t;
+    t.job = "agent";
+    seen_request tunnel = req("api.example.com", 443, seen_outcome::allowed, 2);
+    tunnel.https_rule = true;
+    t.requests = {tunnel, refused(inspected("api.example.com", 443, "GET", "/admin", {}, 2)),
+                  req("pypi.org", 443)};
+    const suggestion s = suggest(t, psl, {});
+    CHECK(hosts(s) == std::vector<std::string>{"pypi.org"});
+    REQUIRE(s.left_out.size() == 1);
+    CHECK(s.left_out[0].target == "api.example.com:443");
+    CHECK(s.left_out[0].why.find("refused by the policy's request rules") != std::string::npos);
+    as_policy(s, "agent");
+    SECTION("an https tunnel with no request seen inside: https, any request") {
+        t.requests.erase(t.requests.begin() + 1);
+        const suggestion v = suggest(t, psl, {});
+        REQUIRE(find_rule(v, "api.example.com") != nullptr);
+        CHECK(find_rule(v, "api.example.com")->proto == protocol::https);
+        CHECK(find_rule(v, "api.example.com")->http.empty());
+        as_policy(v, "agent");
+    }
+}
+
+TEST_CASE("suggest: hostile paths and names give YAML the loader reads as meant", "[suggest]") {
+    const auto psl = public_suffix_list::parse(list);
+    seen_traffic t;
+    t.job = "agent";
+    for (const char* p : {"/q/a\"b", "/q/it's", "/q/x*y", "/q/[1]{2}", "/q/%0A", "/q/#", "/q/a: b",
+                          "/q/&x", "/q/!tag", "/q/%2A"}) {
+        t.requests.push_back(inspected("api.example.com", 443, "GET", p));
+    }
+    seen_request cred = inspected("api.example.com", 443, "GET", "/q/x");
+    cred.credential = "evil\n  - { host: \"*\" }";  // a name as recorded: comment only
+    t.requests.push_back(cred);
+    const suggestion s = suggest(t, psl, {});
+    REQUIRE(s.rules.size() == 1);
+    CHECK(s.rules[0].http.size() == 1);
+    const std::string yaml = render_yaml(s);
+    INFO(yaml);
+    CHECK(yaml.find("evil\n") == std::string::npos);
+    CHECK(yaml.find("secret evil??"
+                    "?-???host") != std::string::npos);
+    CHECK(s.rules[0].paths_unknown == 2);  // "/q/#" and "/q/a: b" are not in normal form
+    t.requests.erase(t.requests.begin() + 5, t.requests.begin() + 7);
+    const auto p = as_policy(s, "agent");
+    const replay_result r = replay(t, *p);
+    INFO(render_table(r, "x"));
+    CHECK(r.newly_denied.empty());
 }

@@ -339,3 +339,107 @@ TEST_CASE("audit traffic -> suggest -> replay: every address a name resolved to"
         CHECK(r.undetermined.empty());
     }
 }
+
+TEST_CASE("audit traffic: http.request records are inspected requests with their paths",
+          "[audit_traffic]") {
+    const std::string head =
+        R"({"ts":"2026-11-29T10:00:00.000Z","event":"http.request","session":"s-1","job":"agent","client":"10.0.0.2:4000","target":"api.example.com:443",)";
+    const std::string text =
+        R"({"ts":"2026-11-29T10:00:00.000Z","event":"conn.open","session":"s-1","job":"agent","client":"10.0.0.2:4000","target":"api.example.com:443","ip":"93.184.216.34","method":"CONNECT","rule":"api.example.com:443/https","dns_ms":0.4,"connect_ms":1.1})"
+        "\n" +
+        head +
+        R"("method":"GET","path":"/v1/models/x?key=REDACTED&x=REDACTED","status":200,"credential":"openai","bytes_up":10,"bytes_down":20})"
+        "\n" +
+        head +
+        R"("method":"GET","path":"/v1/models/x?y=REDACTED","status":200,"credential":"openai","bytes_up":10,"bytes_down":20})"
+        "\n" +
+        head +
+        R"("method":"DELETE","path":"/v1/models/x","status":403,"reason":"http_rule","bytes_up":0,"bytes_down":0})"
+        "\n" +
+        head +
+        R"("method":"GET","path":"/other","status":200,"would_deny":"http_rule","bytes_up":0,"bytes_down":0})"
+        "\n" +
+        head +
+        R"("method":"GET","path":"/q/a\"b","status":200,"bytes_up":0,"bytes_down":0})"
+        "\n" +
+        head + R"("method":"GET","path":"/long/)" + std::string(2000, 'a') +
+        R"(","status":200,"bytes_up":0,"bytes_down":0})"
+        "\n" +
+        head +
+        R"("method":"GET","path":"/x","status":403,"reason":"credential_misuse","bytes_up":0,"bytes_down":0})"
+        "\n" +
+        head +
+        R"("status":502,"reason":"upstream_tls","bytes_up":0,"bytes_down":0})"
+        "\n";
+    traffic_query q;
+    q.job = "agent";
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(text, stats);
+    const learn::seen_traffic t = c.finish();
+    CHECK(stats.bad_target == 0);
+    CHECK(t.not_policy.at("credential_misuse") == 1);
+    CHECK(t.not_policy.at("upstream_tls") == 1);
+    const auto of = [&t](std::string_view method, std::string_view path) {
+        for (const auto& r : t.requests) {
+            if (r.kind == config::request_kind::inspected && r.method == method && r.path == path) {
+                return &r;
+            }
+        }
+        return static_cast<const learn::seen_request*>(nullptr);
+    };
+    const auto* models = of("GET", "/v1/models/x");  // both queries: one shape
+    REQUIRE(models != nullptr);
+    CHECK(models->count == 2);
+    CHECK(models->credential == "openai");
+    CHECK(models->outcome == learn::seen_outcome::allowed);
+    const auto* del = of("DELETE", "/v1/models/x");
+    REQUIRE(del != nullptr);
+    CHECK(del->outcome == learn::seen_outcome::denied);
+    CHECK(del->reason == "http_rule");
+    const auto* other = of("GET", "/other");
+    REQUIRE(other != nullptr);
+    CHECK(other->outcome == learn::seen_outcome::would_deny);
+    CHECK(of("GET", "/q/a\"b") != nullptr);  // the JSON escape decoded
+    const auto* longp = of("GET", "/long");  // cut back to its last whole segment
+    REQUIRE(longp != nullptr);
+    CHECK(longp->path_cut);
+    const auto* tunnel = find(t, "api.example.com", 443);
+    REQUIRE(tunnel != nullptr);
+    CHECK(tunnel->kind == config::request_kind::connect);
+    CHECK(tunnel->https_rule);
+}
+
+TEST_CASE("audit traffic: distinct paths per target are bounded", "[audit_traffic]") {
+    std::string text;
+    for (int i = 0; i < 3000; ++i) {
+        text +=
+            R"({"ts":"2026-11-29T10:00:00.000Z","event":"http.request","job":"agent","target":"api.example.com:443","method":"GET","path":"/p)" +
+            std::to_string(i % 400) + "/" + std::to_string(i) +
+            R"(","status":200,"bytes_up":0,"bytes_down":0})"
+            "\n";
+    }
+    traffic_query q;
+    q.job = "agent";
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(text, stats);
+    const learn::seen_traffic t = c.finish();
+    // 1024 whole, then 256 first segments, then "/".
+    CHECK(t.requests.size() <= 1024 + 256 + 1);
+    CHECK(stats.paths_folded == 3000 - 1024);
+    std::uint64_t total = 0;
+    for (const auto& r : t.requests) {
+        total += r.count;
+    }
+    CHECK(total == 3000);
+    const auto psl = learn::public_suffix_list::parse("com\n");
+    const learn::suggestion s = learn::suggest(t, psl, {});
+    REQUIRE(s.rules.size() == 1);
+    // Every request is still let through by what is learned.
+    std::uint64_t learned = 0;
+    for (const auto& e : s.rules[0].http) {
+        learned += e.requests;
+    }
+    CHECK(learned == 3000);
+}
