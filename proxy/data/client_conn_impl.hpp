@@ -20,16 +20,11 @@
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/request_log.hpp"
 
-namespace boost::asio::ssl {
-template <typename Stream>
-class stream;
-}  // namespace boost::asio::ssl
-
 namespace cordon::proxy::data {
 
-/// The client's or the upstream's TLS in an inspected tunnel (inspected.cpp), over the
-/// connection's own stream: a kill's abort of the socket ends it too.
-using tls_stream = boost::asio::ssl::stream<beast::tcp_stream&>;
+/// The client's or the upstream's TLS in an inspected tunnel (inspected.cpp, tls_stream.hpp),
+/// over the connection's own socket: a kill's abort of the socket ends it too.
+class tls_stream;
 
 /// Bodies pass through a window of this size, one direction at a time (forward.cpp).
 inline constexpr std::size_t body_window_size = 16 * 1024;
