@@ -130,7 +130,15 @@ awaitable<void> client_conn::serve_inspected(
     for (;;) {
         http::request_parser<http::buffer_body> parser;
         cs.expires_after(ps.header_timeout);
-        const read_head_result rh = co_await read_request_head(cs, cbuf, ps.max_header_bytes);
+        read_head_result rh;
+        if (cbuf.size() == 0) {
+            // Idle until the client speaks, holding no read buffer meanwhile.
+            auto [wec] = co_await cs.async_wait_readable(use_nothrow);
+            rh.error = wec;
+        }
+        if (!rh.error) {
+            rh = co_await read_request_head(cs, cbuf, ps.max_header_bytes);
+        }
         cs.expires_never();
         if (!rh.refusal.empty() || rh.too_large || (rh.error && cbuf.size() > 0)) {
             const std::string_view why = !rh.refusal.empty() ? rh.refusal

@@ -298,6 +298,22 @@ tls_step tls_stream::failure(int ret, bool keep_queue) {
                        (SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) != 0);
 }
 
+void tls_stream::release_buffers() noexcept {
+    // SSL_MODE_RELEASE_BUFFERS frees the read buffer once drained and the write buffer once
+    // written, but a read sets up both (OpenSSL 3.0's ssl3_setup_buffers): a session that
+    // last read, as the upstream's does after an answer, would keep a 16 KiB write buffer.
+    // Only after a call that succeeded and with nothing buffered: no record is half read
+    // (SSL_free_buffers on one was CVE-2024-4741 before 3.0.14), and SSL_free_buffers
+    // itself refuses while a write is pending.
+    if (SSL_has_pending(ssl_) == 0) {
+        SSL_free_buffers(ssl_);
+    }
+}
+
+bool tls_stream::has_pending() const noexcept {
+    return SSL_has_pending(ssl_) == 1 || io_.prefix_at < io_.prefix.size();
+}
+
 tls_step tls_stream::do_handshake() {
     ERR_clear_error();
     io_.sys_errno = 0;
@@ -307,6 +323,7 @@ tls_step tls_stream::do_handshake() {
         if (io_.prefix_at >= io_.prefix.size()) {
             drop_prefix();
         }
+        release_buffers();
         return {};
     }
     tls_step st = failure(r, true);
@@ -328,6 +345,7 @@ tls_step tls_stream::do_read(net::mutable_buffer b) {
         if (!io_.prefix.empty() && io_.prefix_at >= io_.prefix.size()) {
             drop_prefix();
         }
+        release_buffers();
         return {tls_step::want::done, {}, n};
     }
     return failure(0, false);

@@ -82,6 +82,12 @@ public:
     /// first one alone. void(error_code, std::size_t).
     template <class ConstBuffers, class Token>
     auto async_write_some(const ConstBuffers& buffers, Token&& token);
+    /// Completes when a read would find something: application data OpenSSL holds already,
+    /// or bytes (or the end) on the socket. Reads nothing, so a caller idle until its peer
+    /// speaks holds no read buffer meanwhile, neither its own nor OpenSSL's. A read-side
+    /// operation (deadline of reads). void(error_code).
+    template <class Token>
+    auto async_wait_readable(Token&& token);
     /// close_notify sent, then the peer's awaited (as ssl::stream does); bound it with
     /// expires_after. void(error_code).
     template <class Token>
@@ -97,6 +103,7 @@ public:
     tls_step do_read(net::mutable_buffer b);
     tls_step do_write(const gather& g);
     tls_step do_shutdown();
+    bool has_pending() const noexcept;
 
     // The deadline bookkeeping around a wait on the socket (0: reads, 1: writes).
     void begin_op(int dir) noexcept;
@@ -121,6 +128,7 @@ public:
 private:
     struct watch;
     tls_step failure(int ret, bool keep_queue);
+    void release_buffers() noexcept;
 
     tcp::socket& socket_;
     SSL* ssl_;
@@ -257,6 +265,20 @@ auto tls_stream::async_write_some(const ConstBuffers& buffers, Token&& token) {
     }
     return tls_detail::start<void(error_code, std::size_t)>(
         *this, 1, [g](tls_stream& s) { return s.do_write(g); }, std::forward<Token>(token));
+}
+
+template <class Token>
+auto tls_stream::async_wait_readable(Token&& token) {
+    return tls_detail::start<void(error_code)>(
+        *this, 0,
+        [waited = false](tls_stream& s) mutable {
+            if (waited || s.has_pending()) {
+                return tls_step{};
+            }
+            waited = true;
+            return tls_step{tls_step::want::read, {}, 0};
+        },
+        std::forward<Token>(token));
 }
 
 template <class Token>
