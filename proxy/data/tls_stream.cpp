@@ -133,7 +133,12 @@ tls_step tls_failure(int ssl_error, unsigned long queue, int sys_errno, bool eof
     switch (ssl_error) {
         case SSL_ERROR_WANT_READ: return {want::read, {}, 0};
         case SSL_ERROR_WANT_WRITE: return {want::write, {}, 0};
-        case SSL_ERROR_ZERO_RETURN: return {want::done, net::error::eof, 0};
+        case SSL_ERROR_ZERO_RETURN:
+            // The peer's close_notify, or (SSL_OP_IGNORE_UNEXPECTED_EOF) a bare end of stream.
+            return {want::done,
+                    eof && !close_notify ? error_code(ssl_error::stream_truncated)
+                                         : error_code(net::error::eof),
+                    0};
         default: break;
     }
     if (sys_errno != 0) {
@@ -225,6 +230,11 @@ tls_stream::tls_stream(tcp::socket& socket, SSL* ssl)
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                            SSL_MODE_RELEASE_BUFFERS);
     SSL_set_read_ahead(ssl_, 1);
+    // A peer's end of stream without close_notify is no fatal error to OpenSSL (which would
+    // answer it with a decode_error alert on the socket, where ssl::stream's memory BIO
+    // never saw the end): it reads as SSL_ERROR_ZERO_RETURN, which tls_failure tells from a
+    // close_notify by the end of stream this call saw (stream_truncated, as before).
+    SSL_set_options(ssl_, SSL_OP_IGNORE_UNEXPECTED_EOF);
 }
 
 tls_stream::~tls_stream() {
@@ -294,8 +304,7 @@ tls_step tls_stream::failure(int ret, bool keep_queue) {
     if (!keep_queue) {
         ERR_clear_error();
     }
-    return tls_failure(e, queue, io_.sys_errno, io_.eof,
-                       (SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) != 0);
+    return tls_failure(e, queue, io_.sys_errno, io_.eof, io_.close_notify_before);
 }
 
 void tls_stream::release_buffers() noexcept {
@@ -310,14 +319,21 @@ void tls_stream::release_buffers() noexcept {
     }
 }
 
+void tls_stream::begin_call() noexcept {
+    ERR_clear_error();
+    io_.sys_errno = 0;
+    io_.eof = false;
+    // Before the call: with SSL_OP_IGNORE_UNEXPECTED_EOF a bare end of stream marks the
+    // session shut down too, so the mark after it cannot tell the two apart.
+    io_.close_notify_before = (SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) != 0;
+}
+
 bool tls_stream::has_pending() const noexcept {
     return SSL_has_pending(ssl_) == 1 || io_.prefix_at < io_.prefix.size();
 }
 
 tls_step tls_stream::do_handshake() {
-    ERR_clear_error();
-    io_.sys_errno = 0;
-    io_.eof = false;
+    begin_call();
     const int r = SSL_do_handshake(ssl_);
     if (r == 1) {
         if (io_.prefix_at >= io_.prefix.size()) {
@@ -337,9 +353,7 @@ tls_step tls_stream::do_read(net::mutable_buffer b) {
     if (b.size() == 0) {
         return {};
     }
-    ERR_clear_error();
-    io_.sys_errno = 0;
-    io_.eof = false;
+    begin_call();
     std::size_t n = 0;
     if (SSL_read_ex(ssl_, b.data(), b.size(), &n) == 1) {
         if (!io_.prefix.empty() && io_.prefix_at >= io_.prefix.size()) {
@@ -369,9 +383,7 @@ tls_step tls_stream::do_write(const gather& g) {
         }
         data = scratch.data();
     }
-    ERR_clear_error();
-    io_.sys_errno = 0;
-    io_.eof = false;
+    begin_call();
     std::size_t n = 0;
     if (SSL_write_ex(ssl_, data, size, &n) == 1) {
         return {tls_step::want::done, {}, n};
@@ -380,9 +392,7 @@ tls_step tls_stream::do_write(const gather& g) {
 }
 
 tls_step tls_stream::do_shutdown() {
-    ERR_clear_error();
-    io_.sys_errno = 0;
-    io_.eof = false;
+    begin_call();
     // As ssl::stream: close_notify, then (0: sent, the peer's not yet seen) wait for the
     // peer's.
     int r = SSL_shutdown(ssl_);

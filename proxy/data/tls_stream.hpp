@@ -32,9 +32,10 @@ struct tls_step {
 /// callers' checks hold): SSL_ERROR_WANT_READ/WRITE a wait; the peer's close_notify
 /// (SSL_ERROR_ZERO_RETURN) net::error::eof; the socket's own error (`sys_errno`, from the BIO)
 /// as a system error (connection_reset, broken_pipe, bad_descriptor once closed); an end of
-/// stream without close_notify ssl::error::stream_truncated; otherwise the error queue's
-/// first entry (`queue`) in Asio's ssl category, or ssl::error::unspecified_system_error (a
-/// syscall failure without errno), ssl::error::unexpected_result. Pure.
+/// stream (`eof`: this call's read saw it) without close_notify (`close_notify`: received
+/// before this call) ssl::error::stream_truncated; otherwise the error queue's first entry
+/// (`queue`) in Asio's ssl category, or ssl::error::unspecified_system_error (a syscall
+/// failure without errno), ssl::error::unexpected_result. Pure.
 tls_step tls_failure(int ssl_error, unsigned long queue, int sys_errno, bool eof,
                      bool close_notify);
 
@@ -121,12 +122,14 @@ public:
         tcp::socket* socket = nullptr;
         std::vector<unsigned char> prefix;  // bytes read before the handshake, not yet taken
         std::size_t prefix_at = 0;
-        int sys_errno = 0;  // the last recv/send failure
-        bool eof = false;   // the last recv saw the end of stream
+        int sys_errno = 0;                 // the last recv/send failure
+        bool eof = false;                  // the call's recv saw the end of stream
+        bool close_notify_before = false;  // the peer's close_notify came before the call
     };
 
 private:
     struct watch;
+    void begin_call() noexcept;
     tls_step failure(int ret, bool keep_queue);
     void release_buffers() noexcept;
 

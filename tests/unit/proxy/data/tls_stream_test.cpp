@@ -146,9 +146,14 @@ TEST_CASE("tls_stream: OpenSSL's outcomes map to the error codes ssl::stream gav
         CHECK_FALSE(tls_failure(SSL_ERROR_WANT_READ, 0, 0, false, false).ec);
     }
     SECTION("the peer's close_notify is eof") {
-        const tls_step st = tls_failure(SSL_ERROR_ZERO_RETURN, 0, 0, false, true);
+        const tls_step st = tls_failure(SSL_ERROR_ZERO_RETURN, 0, 0, false, false);
         CHECK(st.next == want::done);
         CHECK(st.ec == net::error::eof);
+        CHECK(tls_failure(SSL_ERROR_ZERO_RETURN, 0, 0, false, true).ec == net::error::eof);
+        // With SSL_OP_IGNORE_UNEXPECTED_EOF a bare end of stream reads as ZERO_RETURN too:
+        // this call's recv saw the end, and no close_notify came before.
+        CHECK(tls_failure(SSL_ERROR_ZERO_RETURN, 0, 0, true, false).ec ==
+              ssl_error::stream_truncated);
     }
     SECTION("the socket's own errors, as the socket reports them") {
         CHECK(tls_failure(SSL_ERROR_SYSCALL, 0, ECONNRESET, false, false).ec ==
