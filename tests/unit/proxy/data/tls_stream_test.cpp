@@ -80,7 +80,7 @@ struct tls_pair {
         std::optional<T> out;
         std::exception_ptr failed;
         net::co_spawn(ioc, std::move(co), [&](std::exception_ptr e, T v) {
-            failed = e;
+            failed = std::move(e);
             out = std::move(v);
         });
         ioc.restart();
