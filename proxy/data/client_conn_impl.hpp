@@ -206,7 +206,9 @@ private:
     };
     forward_state& fwd() {
         if (!fwd_) {
-            fwd_ = std::make_unique<forward_state>();
+            // Not value-initialised: make_unique would zero the 16 KiB window first, once
+            // per request in an inspected tunnel (which drops this state while idle).
+            fwd_ = std::make_unique_for_overwrite<forward_state>();
         }
         return *fwd_;
     }
