@@ -320,7 +320,11 @@ void tls_stream::release_buffers() noexcept {
 }
 
 void tls_stream::begin_call() noexcept {
-    ERR_clear_error();
+    // The thread's error queue clean for SSL_get_error (a look first: clearing walks the
+    // whole queue, and it is almost always empty).
+    if (ERR_peek_error() != 0) {
+        ERR_clear_error();
+    }
     io_.sys_errno = 0;
     io_.eof = false;
     // Before the call: with SSL_OP_IGNORE_UNEXPECTED_EOF a bare end of stream marks the
