@@ -234,7 +234,9 @@ tls_stream::tls_stream(tcp::socket& socket, SSL* ssl)
     // answer it with a decode_error alert on the socket, where ssl::stream's memory BIO
     // never saw the end): it reads as SSL_ERROR_ZERO_RETURN, which tls_failure tells from a
     // close_notify by the end of stream this call saw (stream_truncated, as before).
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF  // OpenSSL 3; 1.1 reports a bare end as SSL_ERROR_SYSCALL
     SSL_set_options(ssl_, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
 }
 
 tls_stream::~tls_stream() {
