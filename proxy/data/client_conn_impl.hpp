@@ -20,16 +20,11 @@
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/request_log.hpp"
 
-namespace boost::asio::ssl {
-template <typename Stream>
-class stream;
-}  // namespace boost::asio::ssl
-
 namespace cordon::proxy::data {
 
-/// The client's or the upstream's TLS in an inspected tunnel (inspected.cpp), over the
-/// connection's own stream: a kill's abort of the socket ends it too.
-using tls_stream = boost::asio::ssl::stream<beast::tcp_stream&>;
+/// The client's or the upstream's TLS in an inspected tunnel (inspected.cpp, tls_stream.hpp),
+/// over the connection's own socket: a kill's abort of the socket ends it too.
+class tls_stream;
 
 /// Bodies pass through a window of this size, one direction at a time (forward.cpp).
 inline constexpr std::size_t body_window_size = 16 * 1024;
@@ -211,7 +206,9 @@ private:
     };
     forward_state& fwd() {
         if (!fwd_) {
-            fwd_ = std::make_unique<forward_state>();
+            // Not value-initialised: make_unique would zero the 16 KiB window first, once
+            // per request in an inspected tunnel (which drops this state while idle).
+            fwd_ = std::make_unique_for_overwrite<forward_state>();
         }
         return *fwd_;
     }

@@ -9,7 +9,6 @@
 // of the two TLS streams.
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/ssl.hpp>
 
 #include <array>
 #include <charconv>
@@ -24,12 +23,12 @@
 #include "proxy/data/response_reader.hpp"
 #include "proxy/data/responses.hpp"
 #include "proxy/data/stream_pump.hpp"
+#include "proxy/data/tls_stream.hpp"
 #include "proxy/inspect/inspector.hpp"
 
 namespace cordon::proxy::data {
 namespace {
 
-namespace ssl = boost::asio::ssl;
 using config::deny_reason;
 
 }  // namespace
@@ -56,12 +55,11 @@ awaitable<void> client_conn::serve_inspected(
         give_up("inspect_error", insp ? error : "TLS inspection is not configured");
         co_return;
     }
-    tls_stream cs(client_, server_ssl);
-    client_.expires_after(ps.handshake_timeout);
-    auto [hec, used] = co_await cs.async_handshake(
-        ssl::stream_base::server, net::buffer(hello.data(), hello.size()), use_nothrow);
-    client_.expires_never();
-    (void)used;
+    tls_stream cs(client_.socket(), server_ssl);
+    cs.expires_after(ps.handshake_timeout);
+    auto [hec] = co_await cs.async_handshake(tls_stream::role::server,
+                                             net::buffer(hello.data(), hello.size()), use_nothrow);
+    cs.expires_never();
     hello.clear();
     hello.shrink_to_fit();
     if (hec) {
@@ -80,10 +78,10 @@ awaitable<void> client_conn::serve_inspected(
         give_up("inspect_error", error);
         co_return;
     }
-    tls_stream us(upstream_, up_ssl);
-    upstream_.expires_after(ps.handshake_timeout);
-    auto [uec] = co_await us.async_handshake(ssl::stream_base::client, use_nothrow);
-    upstream_.expires_never();
+    tls_stream us(upstream_.socket(), up_ssl);
+    us.expires_after(ps.handshake_timeout);
+    auto [uec] = co_await us.async_handshake(tls_stream::role::client, use_nothrow);
+    us.expires_never();
     if (uec) {
         const std::string why = "upstream TLS: " + inspect::inspector::handshake_error(up_ssl);
         if (closed_by_.empty()) {
@@ -91,9 +89,9 @@ awaitable<void> client_conn::serve_inspected(
                                        st.log.target, "https"});
             const std::string resp = deny_response(
                 502, config::to_string(deny_reason::upstream_tls), job, st.log.target, why);
-            client_.expires_after(ps.idle_timeout);
+            cs.expires_after(ps.idle_timeout);
             co_await net::async_write(cs, net::buffer(resp), use_nothrow);
-            client_.expires_never();
+            cs.expires_never();
         }
         http_note n{"", "", 502};
         n.reason = deny_reason::upstream_tls;
@@ -131,9 +129,17 @@ awaitable<void> client_conn::serve_inspected(
     std::string reason = "eof";
     for (;;) {
         http::request_parser<http::buffer_body> parser;
-        client_.expires_after(ps.header_timeout);
-        const read_head_result rh = co_await read_request_head(cs, cbuf, ps.max_header_bytes);
-        client_.expires_never();
+        cs.expires_after(ps.header_timeout);
+        read_head_result rh;
+        if (cbuf.size() == 0) {
+            // Idle until the client speaks, holding no read buffer meanwhile.
+            auto [wec] = co_await cs.async_wait_readable(use_nothrow);
+            rh.error = wec;
+        }
+        if (!rh.error) {
+            rh = co_await read_request_head(cs, cbuf, ps.max_header_bytes);
+        }
+        cs.expires_never();
         if (!rh.refusal.empty() || rh.too_large || (rh.error && cbuf.size() > 0)) {
             const std::string_view why = !rh.refusal.empty() ? rh.refusal
                                          : rh.too_large      ? "request header too large"
@@ -259,9 +265,9 @@ awaitable<void> client_conn::serve_inspected(
             filter.drop_expect = true;
             if (!parser.is_done()) {
                 static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-                client_.expires_after(ps.idle_timeout);
+                cs.expires_after(ps.idle_timeout);
                 auto [cec, cn] = co_await net::async_write(cs, net::buffer(cont), use_nothrow);
-                client_.expires_never();
+                cs.expires_never();
                 (void)cn;
                 if (cec) {
                     reason = "client_error";
@@ -343,9 +349,9 @@ awaitable<void> client_conn::serve_inspected(
         const std::function<bool(std::string_view)> no_limit;
         std::string scratch;
         http::buffer_body::value_type& rbody = parser.get().body();
-        const pump_result up = co_await pump(cs, client_, cbuf, parser, rbody, us, upstream_,
-                                             f.out_head, parser.chunked(), ps.idle_timeout, admit,
-                                             f.window, nullptr, scratch);
+        const pump_result up = co_await pump(cs, cbuf, parser, rbody, us, f.out_head,
+                                             parser.chunked(), ps.idle_timeout, admit, f.window,
+                                             nullptr, scratch);
         st.log.bytes_up += up.written;
         if (!sent_secret.empty()) {
             std::fill(f.out_head.begin(), f.out_head.end(), '\0');  // it held the secret
@@ -384,9 +390,9 @@ awaitable<void> client_conn::serve_inspected(
             if (req.method() == http::verb::head) {
                 rp_holder->skip(true);
             }
-            upstream_.expires_after(ps.idle_timeout);
+            us.expires_after(ps.idle_timeout);
             rec = co_await data::read_response_head(us, ubuf, *rp_holder);
-            upstream_.expires_never();
+            us.expires_never();
             const unsigned code = rp_holder->status();
             if (rec || code < 100 || code >= 200 || code == 101) {
                 break;
@@ -403,9 +409,9 @@ awaitable<void> client_conn::serve_inspected(
             if (!sent_secret.empty()) {
                 replace_all(f.out_head, sent_secret, sent_placeholder);
             }
-            client_.expires_after(ps.idle_timeout);
+            cs.expires_after(ps.idle_timeout);
             auto [wec, wn] = co_await net::async_write(cs, net::buffer(f.out_head), use_nothrow);
-            client_.expires_never();
+            cs.expires_never();
             st.log.bytes_down += wn;
             if (wec) {
                 rec = wec;
@@ -470,10 +476,9 @@ awaitable<void> client_conn::serve_inspected(
             replace_all(out, sent_secret, sent_placeholder);
         }
         stream_replacer back(sent_secret, sent_placeholder);
-        const pump_result down = co_await pump(us, upstream_, ubuf, rp, rp.body, cs, client_, out,
-                                               (rp.chunked() || rechunk) && !unchunk,
-                                               ps.idle_timeout, no_limit, f.window,
-                                               redact ? &back : nullptr, scratch);
+        const pump_result down = co_await pump(
+            us, ubuf, rp, rp.body, cs, out, (rp.chunked() || rechunk) && !unchunk, ps.idle_timeout,
+            no_limit, f.window, redact ? &back : nullptr, scratch);
         st.log.bytes_down += down.written;
         http_note n{req_method, audit_path, static_cast<int>(rp.status())};
         n.would_deny = md.would_deny;
@@ -495,8 +500,8 @@ awaitable<void> client_conn::serve_inspected(
             const std::function<bool(std::string_view)> down_check = [&](std::string_view chunk) {
                 return !redact || back_scan.feed(chunk) == deny_reason::none;
             };
-            auto both = copy_stream(cs, client_, us, upstream_, cbuf, ps.idle_timeout, admit) &&
-                        copy_stream(us, upstream_, cs, client_, ubuf, ps.idle_timeout, down_check);
+            auto both = copy_stream(cs, us, cbuf, ps.idle_timeout, admit) &&
+                        copy_stream(us, cs, ubuf, ps.idle_timeout, down_check);
             const auto [a, b] = co_await std::move(both);
             st.log.bytes_up += a;
             st.log.bytes_down += b;
@@ -522,9 +527,9 @@ awaitable<void> client_conn::serve_inspected(
     }
     // close_notify to each side, bounded: a peer that does not read it cannot hold us.
     if (closed_by_.empty()) {
-        client_.expires_after(std::chrono::seconds(1));
+        cs.expires_after(std::chrono::seconds(1));
         co_await cs.async_shutdown(use_nothrow);
-        upstream_.expires_after(std::chrono::seconds(1));
+        us.expires_after(std::chrono::seconds(1));
         co_await us.async_shutdown(use_nothrow);
     }
     give_up(reason, {});
@@ -578,9 +583,9 @@ void client_conn::write_http_request(const http_note& n) {
 awaitable<void> client_conn::upstream_failure(tls_stream& cs, const http_note& n) {
     if (closed_by_.empty()) {
         const std::string resp = deny_response(502, "", job, tunnel_target_, n.message);
-        client_.expires_after(rt_.policy()->source().proxy.idle_timeout);
+        cs.expires_after(rt_.policy()->source().proxy.idle_timeout);
         co_await net::async_write(cs, net::buffer(resp), use_nothrow);
-        client_.expires_never();
+        cs.expires_never();
     }
     write_http_request(n);
 }
@@ -599,9 +604,9 @@ awaitable<void> client_conn::refuse_inspected(tls_stream& cs, request_state& st,
     const std::string resp = deny_response(status, config::to_string(reason), job, st.log.target,
                                            msg);
     if (closed_by_.empty()) {
-        client_.expires_after(rt_.policy()->source().proxy.idle_timeout);
+        cs.expires_after(rt_.policy()->source().proxy.idle_timeout);
         co_await net::async_write(cs, net::buffer(resp), use_nothrow);
-        client_.expires_never();
+        cs.expires_never();
     }
 }
 

@@ -2,7 +2,8 @@
 // Bodies through an inspected tunnel (inspected.cpp): `pump` forwards one HTTP message's
 // body through the connection's window, streaming, with a check per chunk and an optional
 // rewrite; `copy_stream` relays an upgraded (WebSocket) connection one way. Generic over the
-// streams (TLS on both sides there; test streams in tests). Internal to proxy/data/.
+// streams (tls_stream on both sides there), which bound their own waits (expires_after, as
+// beast::tcp_stream's) and name their socket(). Internal to proxy/data/.
 
 #include <boost/asio/ssl/error.hpp>
 
@@ -40,10 +41,9 @@ struct pump_result {
 // when set, replaces what it is made for in the stream (the secret by the placeholder on the
 // way back; `scratch` holds its output). Each wait is bounded by `idle`.
 template <class From, class Parser, class To>
-awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat_buffer& fb,
-                            Parser& p, http::buffer_body::value_type& body, To& to,
-                            beast::tcp_stream& to_raw, std::string_view head, bool chunked,
-                            std::chrono::milliseconds idle,
+awaitable<pump_result> pump(From& from, beast::flat_buffer& fb, Parser& p,
+                            http::buffer_body::value_type& body, To& to, std::string_view head,
+                            bool chunked, std::chrono::milliseconds idle,
                             const std::function<bool(std::string_view)>& accept, char* window,
                             stream_replacer* rewrite, std::string& scratch) {
     pump_result r;
@@ -77,9 +77,9 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
                 failed = true;
                 break;
             }
-            from_raw.expires_after(idle);
+            from.expires_after(idle);
             auto [ec, n] = co_await from.async_read_some(fb.prepare(room), use_nothrow);
-            from_raw.expires_never();
+            from.expires_never();
             if (end_of_stream(ec)) {
                 error_code eec;
                 p.put_eof(eec);
@@ -127,9 +127,9 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
             net::buffer(crlf.data(), size_len > 0 ? crlf.size() : 0),
             net::buffer(last_chunk.data(), chunked && p.is_done() ? last_chunk.size() : 0)};
         if (net::buffer_size(out) > 0) {
-            to_raw.expires_after(idle);
+            to.expires_after(idle);
             auto [wec, wn] = co_await net::async_write(to, out, use_nothrow);
-            to_raw.expires_never();
+            to.expires_never();
             r.written += wn;
             head = {};
             if (wec) {
@@ -147,8 +147,7 @@ awaitable<pump_result> pump(From& from, beast::tcp_stream& from_raw, beast::flat
 // One direction of an upgraded (WebSocket) connection: bytes as they come, until either
 // side ends or nothing moves for `idle`.
 template <class Stream>
-awaitable<std::uint64_t> copy_stream(Stream& from, beast::tcp_stream& from_raw, Stream& to,
-                                     beast::tcp_stream& to_raw, beast::flat_buffer& pending,
+awaitable<std::uint64_t> copy_stream(Stream& from, Stream& to, beast::flat_buffer& pending,
                                      std::chrono::milliseconds idle,
                                      const std::function<bool(std::string_view)>& accept) {
     std::uint64_t total = 0;
@@ -158,9 +157,9 @@ awaitable<std::uint64_t> copy_stream(Stream& from, beast::tcp_stream& from_raw, 
                                                pending.size()))) {
             co_return total;
         }
-        to_raw.expires_after(idle);
+        to.expires_after(idle);
         auto [ec, n] = co_await net::async_write(to, pending.data(), use_nothrow);
-        to_raw.expires_never();
+        to.expires_never();
         total += n;
         pending.consume(pending.size());
         if (ec) {
@@ -168,18 +167,18 @@ awaitable<std::uint64_t> copy_stream(Stream& from, beast::tcp_stream& from_raw, 
         }
     }
     for (;;) {
-        from_raw.expires_after(idle);
+        from.expires_after(idle);
         auto [ec, n] = co_await from.async_read_some(net::buffer(buf), use_nothrow);
-        from_raw.expires_never();
+        from.expires_never();
         if (ec || n == 0) {
             break;
         }
         if (accept && !accept(std::string_view(buf.data(), n))) {
             break;
         }
-        to_raw.expires_after(idle);
+        to.expires_after(idle);
         auto [wec, wn] = co_await net::async_write(to, net::buffer(buf.data(), n), use_nothrow);
-        to_raw.expires_never();
+        to.expires_never();
         total += wn;
         if (wec) {
             break;
@@ -187,8 +186,8 @@ awaitable<std::uint64_t> copy_stream(Stream& from, beast::tcp_stream& from_raw, 
     }
     // Either side's end ends both: the other direction's read fails at once.
     error_code ignored;
-    from_raw.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    to_raw.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    from.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    to.socket().shutdown(tcp::socket::shutdown_both, ignored);
     co_return total;
 }
 

@@ -280,19 +280,9 @@ def jobs_yaml():
         "    identity: { ttl: 30m }\n")
 
 
-class InspectTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.ca = cordon_ca_dir()
-        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(cls.ca)).start()
-        cls.s = cls.cordon.create_session("coder")
-        cls.w = cls.cordon.create_session("watcher")
-        cls.api = ORIGINS["api.test"]
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cordon.stop()
-        cls.cordon.cleanup()
+class _InspectClient:
+    """What the test classes share: inspected tunnels through `cls.cordon` for session
+    `cls.s`, requests inside them, the audit log."""
 
     def setUp(self):
         self.conns = []
@@ -342,6 +332,21 @@ class InspectTests(unittest.TestCase):
         return H.run_curl(["-sS", "--cacert", os.path.join(self.ca, "ca.pem"),
                            "-x", self.cordon.proxy_url(session or self.s),
                            "--resolve", f"{url.split('/')[2]}:127.0.0.1", *extra, url])
+
+
+class InspectTests(_InspectClient, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ca = cordon_ca_dir()
+        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(cls.ca)).start()
+        cls.s = cls.cordon.create_session("coder")
+        cls.w = cls.cordon.create_session("watcher")
+        cls.api = ORIGINS["api.test"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cordon.stop()
+        cls.cordon.cleanup()
 
     # the allowed path ---------------------------------------------------------------
 
@@ -567,6 +572,113 @@ class InspectTests(unittest.TestCase):
             self.assertTrue(closed)
         finally:
             self.cordon.admin("POST", "/v1/revive", {"reason": "test"})
+
+
+class InspectedStreamTests(_InspectClient, unittest.TestCase):
+    """The TLS under both sides of an inspected tunnel (proxy/data/tls_stream): clients that
+    stop or go away mid-handshake, a kill of an idle tunnel, large bodies both ways to a slow
+    reader, a client's half-close. Its own cordon, with a short handshake timeout."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ca = cordon_ca_dir()
+        cls.cordon = H.Cordon(jobs_yaml(), DNS.port, extra_yaml=inspect_yaml(cls.ca),
+                              proxy_opts={"handshake_timeout": "1s"}).start()
+        cls.s = cls.cordon.create_session("coder")
+        cls.api = ORIGINS["api.test"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cordon.stop()
+        cls.cordon.cleanup()
+
+    def started_handshake(self):
+        """A tunnel to api.test with a real ClientHello sent on it (Python's, trusting
+        cordon's CA) and nothing after: the ProxyConn and the TLS object that made it."""
+        c, r = self.cordon.tunnel(self.s, f"api.test:{self.api.port}")
+        self.conns.append(c)
+        self.assertEqual(r.status, 200, r.raw_head)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = self.client_ctx().wrap_bio(incoming, outgoing, server_hostname="api.test")
+        with self.assertRaises(ssl.SSLWantReadError):
+            obj.do_handshake()
+        c.send(outgoing.read())
+        return c
+
+    def closes(self, reason, want):
+        return self.events("conn.close", lambda e: e.get("reason") == reason
+                           and e.get("target", "").startswith("api.test:"), want=want)
+
+    def test_a_client_that_stops_mid_handshake_is_cut_by_the_handshake_timeout(self):
+        before = len(self.closes("idle_timeout", 0))
+        c = self.started_handshake()
+        t0 = time.monotonic()
+        closed, got = c.wait_closed(5)  # cordon's ServerHello..Finished, then the close
+        self.assertTrue(closed)
+        self.assertTrue(got)
+        self.assertLess(time.monotonic() - t0, 3)
+        self.assertEqual(len(self.closes("idle_timeout", before + 1)), before + 1)
+        # One that goes away mid-handshake: client_tls, not the timeout.
+        before = len(self.closes("client_tls", 0))
+        c = self.started_handshake()
+        c.sock.settimeout(5)
+        self.assertTrue(c.sock.recv(65536))
+        c.close()
+        self.assertEqual(len(self.closes("client_tls", before + 1)), before + 1)
+        # and the next client is served as ever
+        c = self.tls("api.test")
+        self.assertEqual(self.request(c, "GET", "/v1/models/after-stops").status, 200)
+
+    def test_a_kill_closes_an_idle_inspected_tunnel_in_milliseconds(self):
+        s = self.cordon.create_session("coder")
+        c = self.tls("api.test", session=s)
+        self.assertEqual(self.request(c, "GET", "/v1/models/idle-then-killed").status, 200)
+        time.sleep(0.3)  # idle: cordon waits for the next request head
+        t0 = time.monotonic()
+        status, js = self.cordon.admin("POST", f"/v1/sessions/{s['id']}/kill", {"reason": "t"})
+        self.assertIn(status, (200, 202), js)
+        closed, _ = c.wait_closed(5)
+        elapsed = time.monotonic() - t0
+        self.assertTrue(closed)
+        self.assertLess(elapsed, 0.5)
+        self.assertTrue(self.events("conn.close", lambda e: e.get("session") == s["id"]
+                                    and e.get("reason") == "session_killed"))
+
+    def test_large_bodies_both_ways_to_a_slow_reader(self):
+        m = uuid.uuid4().hex[:8]
+        c = self.tls("api.test")
+        body = os.urandom(6 * 1024 * 1024 + 5)
+        r = self.request(c, "POST", f"/v1/upload?m={m}", body=body)
+        self.assertEqual(r.status, 200, r.body[:200])
+        self.assertEqual(r.json()["sha256"], hashlib.sha256(body).hexdigest())
+        # 9 MiB back to a client that reads nothing for a while, then small pieces: cordon's
+        # writes to it wait for the socket while the upstream's bytes wait for cordon.
+        n = 9 * 1024 * 1024 + 3
+        c.send(f"GET /big/{n} HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n\r\n".encode())
+        time.sleep(1)
+        head = c.read_head(10)
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+        got = bytearray()
+        while len(got) < n:
+            d = c.recv(min(5000, n - len(got)))
+            self.assertTrue(d, f"EOF after {len(got)} bytes")
+            got.extend(d)
+        self.assertEqual(got.count(b"z"), n)
+        # the connection goes on
+        self.assertEqual(self.request(c, "GET", f"/v1/models/{m}/after").status, 200)
+
+    def test_a_client_half_close_after_its_request_still_gets_the_answer(self):
+        c = self.tls("api.test")
+        c.send(f"GET /v1/models/half-close HTTP/1.1\r\nHost: api.test:{self.api.port}\r\n\r\n"
+               .encode())
+        # A TCP FIN under the TLS (no close_notify): the SSLSocket's own shutdown would drop
+        # its TLS state.
+        socket.socket.shutdown(c.sock, socket.SHUT_WR)
+        r = c.read_response(10)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["path"], "/v1/models/half-close")
+        closed, _ = c.wait_closed(5)  # then cordon's close_notify and close
+        self.assertTrue(closed)
 
 
 class CredentialBrokerTests(unittest.TestCase):
