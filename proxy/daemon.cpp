@@ -21,6 +21,7 @@
 #include "common/time.hpp"
 #include "config/load.hpp"
 #include "proxy/control/capacity.hpp"
+#include "proxy/control/lifelines.hpp"
 #include "proxy/control/runtime.hpp"
 #include "proxy/dns_hook.hpp"
 #include "proxy/inspect/inspector.hpp"
@@ -431,6 +432,9 @@ int finish(control::runtime& rt, listeners& l, const std::string& audit_path) {
         }
     }
     l.dns.clear();  // their sockets go while their io_contexts still exist
+    if (rt.lifelines_) {
+        rt.lifelines_->stop();  // no grace timer outlives the control io_context
+    }
     // Connections still suspended are destroyed while `rt` is whole.
     rt.connections.workers.clear();
     rt.notifier->stop(std::chrono::seconds(2));  // flushes open alert windows; no more denials

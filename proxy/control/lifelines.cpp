@@ -38,6 +38,9 @@ void lifelines::release(const std::string& session, std::chrono::milliseconds gr
         return;
     }
     entry& e = it->second;
+    if (stopped_) {
+        return;  // shutting down: the grace would outlive the loop that runs it
+    }
     const std::uint64_t gen = ++e.generation;
     e.timer = std::make_unique<net::steady_timer>(ex_, grace);
     e.timer->async_wait([this, session, gen](boost::system::error_code ec) {
@@ -48,6 +51,13 @@ void lifelines::release(const std::string& session, std::chrono::milliseconds gr
         entries_.erase(i);
         on_lost_(session);
     });
+}
+
+void lifelines::stop() {
+    stopped_ = true;
+    for (auto& [session, e] : entries_) {
+        e.timer.reset();  // cancels its wait; the handler is destroyed with the io_context
+    }
 }
 
 }  // namespace cordon::proxy::control

@@ -42,6 +42,11 @@ public:
     /// Sessions with a lifeline open or in its grace (for tests and status).
     std::size_t size() const { return entries_.size(); }
 
+    /// At shutdown, once the control loop has stopped and before its io_context goes: drops
+    /// every grace timer, and releases from then on (holds destroyed with the io_context's
+    /// suspended coroutines) start none, so no timer outlives the io_context it is bound to.
+    void stop();
+
 private:
     struct entry {
         int open = 0;
@@ -53,6 +58,7 @@ private:
     net::any_io_executor ex_;
     std::function<void(const std::string&)> on_lost_;
     std::map<std::string, entry, std::less<>> entries_;
+    bool stopped_ = false;
 };
 
 }  // namespace cordon::proxy::control
