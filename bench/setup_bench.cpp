@@ -127,8 +127,8 @@ int run_https(int argc, char** argv, const std::string& mode);  // setup_bench_h
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr,
-                     "usage: setup_bench setup|deny|https-get|https-setup [options] (see source)\n");
+        std::fprintf(
+            stderr, "usage: setup_bench setup|deny|https-get|https-setup [options] (see source)\n");
         return 2;
     }
     cordon::bench::raise_fd_limit();

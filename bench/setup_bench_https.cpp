@@ -51,7 +51,7 @@ struct Conn {
     Phase phase = Phase::connecting;
     std::uint32_t events = 0;  // what epoll waits for now
     std::string in;
-    steady::time_point op_start;   // https-setup: the connect; https-get: the request
+    steady::time_point op_start;  // https-setup: the connect; https-get: the request
 };
 
 [[noreturn]] void die(const char* what) {
@@ -106,8 +106,8 @@ int run_https(int argc, char** argv, const std::string& mode) {
         return 2;
     }
     const sockaddr_in dest = *dest_opt;
-    const std::string connect_req =
-        "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n";
+    const std::string connect_req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target +
+                                    "\r\n\r\n";
     const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + target +
                                 "\r\nUser-Agent: setup_bench\r\nAccept: */*\r\n\r\n";
 
@@ -276,8 +276,8 @@ int run_https(int argc, char** argv, const std::string& mode) {
                     break;
                 }
                 case Phase::writing: {
-                    const int r =
-                        SSL_write(c.ssl, request.data(), static_cast<int>(request.size()));
+                    const int r = SSL_write(c.ssl, request.data(),
+                                            static_cast<int>(request.size()));
                     if (r <= 0) {
                         const int e = SSL_get_error(c.ssl, r);
                         if (e == SSL_ERROR_WANT_READ) {
