@@ -9,6 +9,8 @@
 //       each operation: connect, CONNECT to a target the proxy must refuse, read the answer
 //       head (403/407/other 4xx counted as a denial), close.
 //
+//   setup_bench https-get|https-setup ...: through TLS, see setup_bench_https.cpp.
+//
 //   common: --concurrency 64 --count 20000 --seconds 5
 // Prints one line: "<ops> <seconds> <ops/s> <errors>". Stops starting operations at --count
 // or --seconds, whichever comes first, then waits for those in flight (hard deadline 30 s
@@ -121,14 +123,20 @@ struct Conn {
 
 }  // namespace
 
+int run_https(int argc, char** argv, const std::string& mode);  // setup_bench_https.cpp
+
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: setup_bench setup|deny [options] (see source)\n");
+        std::fprintf(
+            stderr, "usage: setup_bench setup|deny|https-get|https-setup [options] (see source)\n");
         return 2;
     }
     cordon::bench::raise_fd_limit();
 
     const std::string mode = argv[1];
+    if (mode == "https-get" || mode == "https-setup") {
+        return run_https(argc, argv, mode);
+    }
     if (mode != "setup" && mode != "deny") {
         std::fprintf(stderr, "setup_bench: unknown mode %s\n", mode.c_str());
         return 2;
