@@ -539,11 +539,11 @@ int run_daemon(const daemon_options& opts) {
     const std::string state_dir = pol.state.path;
 
     control::runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
-    rt.set_inspection(std::move(inspection));
+    rt.audit_log_ = std::move(audit);
+    rt.set_inspection(std::move(inspection));  // after the audit log: it gets the secret filter
     // A network kill closes the resolvers' gate: lookups in flight (the proxy's and the DNS
     // listener's) are cancelled before c-ares can send a retry or hand over an answer.
     plan.resolver.upstream_allowed = [&rt] { return !rt.kill.engaged(); };
-    rt.audit_log_ = std::move(audit);
     wire_control(rt, restore_state(rt, state_dir));
     rt.limits = limits;
 

@@ -95,7 +95,7 @@ bool audit_log::write(audit_record&& r) {
     const bool keep = audit_must_keep(r.event());
     if (stopping_ || (!keep && queue_.size() - must_keep_queued_ >= opts_.max_queue)) {
         if (stopping_ && keep) {
-            lost_lines_.push_back(r.to_json_line());
+            lost_lines_.push_back(filtered_line(r));
         }
         ++dropped_;
         return false;
@@ -166,6 +166,18 @@ std::uint64_t audit_log::write_errors() const noexcept { return write_errors_.lo
 
 std::uint64_t audit_log::dropped() const noexcept { return dropped_.load(); }
 
+void audit_log::set_line_filter(std::shared_ptr<const line_filter> f) {
+    filter_.store(std::move(f));
+}
+
+std::string audit_log::filtered_line(const audit_record& r) const {
+    std::string line = r.to_json_line();
+    if (const auto f = filter_.load()) {
+        (*f)(line, 0);
+    }
+    return line;
+}
+
 std::vector<std::string> audit_log::lost_records() const {
     std::lock_guard lock(mutex_);
     return lost_lines_;
@@ -211,7 +223,7 @@ void audit_log::run() {
             dropped_ += queue_.size();
             for (const auto& r : queue_) {
                 if (audit_must_keep(r.event())) {
-                    lost_lines_.push_back(r.to_json_line());
+                    lost_lines_.push_back(filtered_line(r));
                 }
             }
             last_pass_ok_ = ok && queue_.empty();
@@ -248,6 +260,7 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
     std::size_t first = 0;
     std::string bytes;
     std::size_t kept = 0;
+    const auto filter = filter_.load();
     const auto fail = [&] {
         first += kept;
         batch.erase(batch.begin(), batch.begin() + static_cast<std::ptrdiff_t>(first));
@@ -266,6 +279,9 @@ bool audit_log::write_batch(std::deque<audit_record>& batch, std::string& error)
             // Each line is built where it goes; `before` bytes precede it.
             const std::size_t before = bytes.size();
             batch[last].append_json_line(bytes);
+            if (filter) {
+                (*filter)(bytes, before);
+            }
             const std::uint64_t would = fd_size_ + bytes.size();
             if (would > opts_.max_file_bytes && fd_size_ + before > 0 &&
                 fd_part_ < max_audit_part) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -202,6 +203,15 @@ public:
     void stop();
     std::uint64_t write_errors() const noexcept;
     std::uint64_t dropped() const noexcept;
+
+    /// Rewrites the bytes of a serialised line, `text` from `from` on, before it is
+    /// written (or kept for lost_records()): the daemon's hides the credential broker's
+    /// secret values, which no record may carry whatever field an agent put them in
+    /// (docs/inspect.md). Runs on the writer thread, and on a caller's in write() and
+    /// stop(); it must be thread-safe.
+    using line_filter = std::function<void(std::string& text, std::size_t from)>;
+    /// Replaces the filter (nullptr: none) for lines built from now on.
+    void set_line_filter(std::shared_ptr<const line_filter> f);
     /// The JSON lines (with '\n') of the audit_must_keep() records that stop() could not
     /// write (or that came after it): the daemon prints them to stderr, the last place left.
     std::vector<std::string> lost_records() const;
@@ -245,6 +255,10 @@ private:
     std::uint64_t fd_size_ = 0;  // bytes in the open file
     std::string fd_path_;
     std::int64_t pruned_day_;
+
+    std::atomic<std::shared_ptr<const line_filter>> filter_;
+    // One line of `r` for lost_lines_, through the filter.
+    std::string filtered_line(const audit_record& r) const;
 
     std::atomic<bool> healthy_{true};
     std::atomic<std::uint64_t> write_errors_{0};

@@ -52,6 +52,18 @@ runtime::runtime(std::string config_path, std::shared_ptr<const config::compiled
     stats.add_jobs(job_names(*policy_.load()));
 }
 
+void runtime::set_inspection(std::shared_ptr<inspect::inspector> i) {
+    if (audit_log_) {
+        std::shared_ptr<const audit::audit_log::line_filter> filter;
+        if (i && i->broker() != nullptr) {
+            filter = std::make_shared<const audit::audit_log::line_filter>(
+                [i](std::string& text, std::size_t from) { i->broker()->hide_values(text, from); });
+        }
+        audit_log_->set_line_filter(std::move(filter));
+    }
+    inspection_.store(std::move(i));
+}
+
 bool runtime::audit(audit::audit_record&& r) {
     return audit_log_ != nullptr && audit_log_->write(std::move(r));
 }

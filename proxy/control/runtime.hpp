@@ -72,7 +72,9 @@ public:
     /// TLS inspection (the policy's `inspect` section; proxy/inspect/inspector.hpp): null
     /// when the policy has none. Swapped with the policy on reload (set before it).
     std::shared_ptr<inspect::inspector> inspection() const { return inspection_.load(); }
-    void set_inspection(std::shared_ptr<inspect::inspector> i) { inspection_.store(std::move(i)); }
+    /// Also gives the audit log (set before) the broker's line filter: no record carries a
+    /// secret's value (credential_broker::hide_values).
+    void set_inspection(std::shared_ptr<inspect::inspector> i);
 
     common::wall_clock::time_point now() const { return common::wall_clock::now(); }
     audit::audit_record record(std::string_view event) const {

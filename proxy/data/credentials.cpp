@@ -3,7 +3,9 @@
 #include "proxy/data/credentials.hpp"
 
 #include <algorithm>
+#include <string>
 
+#include "config/http_rules.hpp"
 #include "proxy/data/http_head.hpp"
 #include "proxy/inspect/secrets.hpp"
 
@@ -29,15 +31,18 @@ head_verdict judge_head(std::string_view target, std::string_view fields,
                         const config::credential_spec* cred,
                         std::span<const session_placeholder> mine,
                         std::span<const secret_value> secrets) {
+    // The target as sent and as the upstream reads it (one percent-decoding: "%63ordon-ph-"
+    // in a query is a placeholder to a server that decodes it).
+    const std::string decoded = config::percent_decoded(target);
     for (const secret_value& s : secrets) {
-        if (contains(target, s.value) || contains(fields, s.value)) {
+        if (contains(target, s.value) || contains(decoded, s.value) || contains(fields, s.value)) {
             return refuse(deny_reason::secret_leak,
                           "the request carries a real credential cordon holds: only cordon "
                           "may send it, and only where the policy injects it");
         }
     }
     const std::string_view prefix = inspect::placeholder_prefix;
-    if (contains(target, prefix)) {
+    if (contains(target, prefix) || contains(decoded, prefix)) {
         return refuse(deny_reason::credential_misuse,
                       "a credential placeholder in the request target");
     }
@@ -242,16 +247,31 @@ std::size_t drop_fields(std::string& head, std::initializer_list<std::string_vie
     return dropped;
 }
 
-std::string_view field_value(std::string_view fields, std::string_view name) {
-    std::string_view out;
-    bool found = false;
+bool field_is_only(std::string_view fields, std::string_view name, std::string_view token) {
+    bool only = true;
     for_each_field(fields, [&](std::string_view n, std::string_view v) {
-        if (!found && ascii_iequals(n, name)) {
-            out = v;
-            found = true;
+        if (!ascii_iequals(n, name)) {
+            return;
+        }
+        while (only) {
+            const std::size_t comma = v.find(',');
+            std::string_view item = v.substr(0, comma);
+            while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) {
+                item.remove_prefix(1);
+            }
+            while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) {
+                item.remove_suffix(1);
+            }
+            if (!item.empty() && !ascii_iequals(item, token)) {
+                only = false;
+            }
+            if (comma == std::string_view::npos) {
+                break;
+            }
+            v.remove_prefix(comma + 1);
         }
     });
-    return out;
+    return only;
 }
 
 std::size_t replace_all(std::string& s, std::string_view from, std::string_view to) {

@@ -108,8 +108,10 @@ private:
 /// whose name is one of `names` (ASCII case-insensitive); returns how many.
 std::size_t drop_fields(std::string& head, std::initializer_list<std::string_view> names);
 
-/// The value of the first field `name` among `fields` ("name: value\r\n" lines), or "".
-std::string_view field_value(std::string_view fields, std::string_view name);
+/// True when every field `name` among `fields` lists only `token` (comma-separated, blanks
+/// around an item ignored, ASCII case-insensitive), or there is none: every one is read,
+/// since a client joins repeated fields ("identity" then "gzip" is "identity, gzip").
+bool field_is_only(std::string_view fields, std::string_view name, std::string_view token);
 
 /// Replaces every occurrence of `from` in `s` by `to`; returns how many.
 std::size_t replace_all(std::string& s, std::string_view from, std::string_view to);

@@ -435,10 +435,9 @@ awaitable<void> client_conn::serve_inspected(
         if (redact && !switching) {
             // Bytes cordon cannot read cannot be redacted: a compressed or otherwise encoded
             // answer is not passed on.
-            const std::string_view ce = field_value(rp.field_lines(), "content-encoding");
-            const std::string_view te = field_value(rp.field_lines(), "transfer-encoding");
-            if ((!ce.empty() && !beast::iequals(ce, "identity")) ||
-                (!te.empty() && !beast::iequals(te, "chunked"))) {
+            // Every field is read: a client joins "identity" and "gzip" into "identity, gzip".
+            if (!field_is_only(rp.field_lines(), "content-encoding", "identity") ||
+                !field_is_only(rp.field_lines(), "transfer-encoding", "chunked")) {
                 http_note n{req_method, audit_path, 502};
                 n.bytes_up = up.written;
                 n.message =

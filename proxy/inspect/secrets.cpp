@@ -198,6 +198,121 @@ std::string_view credential_broker::value(std::string_view name) const noexcept 
     return {};
 }
 
+namespace {
+
+// Whether position `at` of JSON text (scanned from `from`, outside or inside strings alike)
+// begins a character rather than falling inside an escape sequence (\" \\ \n ... \uXXXX).
+bool starts_character(std::string_view text, std::size_t from, std::size_t at) {
+    std::size_t i = from;
+    while (i < at) {
+        if (text[i] != '\\') {
+            ++i;
+            continue;
+        }
+        const std::size_t length = i + 1 < text.size() && text[i + 1] == 'u' ? 6 : 2;
+        if (at < i + length) {
+            return false;
+        }
+        i += length;
+    }
+    return true;
+}
+
+void hide_all(std::string& text, std::size_t from, std::string_view needle) {
+    constexpr std::string_view mark = "REDACTED";
+    std::size_t at = text.find(needle, from);
+    while (at != std::string::npos) {
+        if (starts_character(text, from, at)) {
+            text.replace(at, needle.size(), mark);
+            at = text.find(needle, at + mark.size());
+        } else {
+            at = text.find(needle, at + 1);
+        }
+    }
+}
+
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+// The value percent-encoded in any mix (a path keeps "%2B" where the value has '+'): the
+// text from `from` with every %XX decoded, each decoded byte mapped to where it began, is
+// searched, and a match replaces the original bytes it came from.
+void hide_encoded(std::string& text, std::size_t from, std::string_view needle) {
+    constexpr std::string_view mark = "REDACTED";
+    for (bool again = true; again;) {
+        again = false;
+        std::string decoded;
+        std::vector<std::size_t> origin;  // decoded[i] began at text[origin[i]]
+        decoded.reserve(text.size() - from);
+        origin.reserve(text.size() - from + 1);
+        for (std::size_t i = from; i < text.size();) {
+            origin.push_back(i);
+            int hi = -1;
+            int lo = -1;
+            if (text[i] == '%' && i + 2 < text.size()) {
+                hi = hex_digit(text[i + 1]);
+                lo = hex_digit(text[i + 2]);
+            }
+            if (hi >= 0 && lo >= 0) {
+                decoded.push_back(static_cast<char>(hi * 16 + lo));
+                i += 3;
+            } else {
+                decoded.push_back(text[i]);
+                ++i;
+            }
+        }
+        origin.push_back(text.size());
+        for (std::size_t at = decoded.find(needle); at != std::string::npos;
+             at = decoded.find(needle, at + 1)) {
+            const std::size_t begin = origin[at];
+            const std::size_t end = origin[at + needle.size()];
+            if (starts_character(text, from, begin)) {
+                text.replace(begin, end - begin, mark);
+                again = true;  // positions moved: decode again
+                break;
+            }
+        }
+        OPENSSL_cleanse(decoded.data(), decoded.size());
+    }
+}
+
+}  // namespace
+
+void credential_broker::hide_values(std::string& json, std::size_t from) const {
+    if (from >= json.size()) {
+        return;
+    }
+    const bool escapes = json.find('%', from) != std::string::npos;
+    for (const auto& e : entries_) {
+        const std::string_view value(base_ + e.offset, e.size);
+        hide_all(json, from, value);
+        if (escapes) {
+            hide_encoded(json, from, value);
+        }
+        if (value.find_first_of("\"\\") != std::string_view::npos) {
+            std::string escaped;
+            for (const char c : value) {
+                if (c == '"' || c == '\\') {
+                    escaped.push_back('\\');
+                }
+                escaped.push_back(c);
+            }
+            hide_all(json, from, escaped);
+            OPENSSL_cleanse(escaped.data(), escaped.size());
+        }
+    }
+}
+
 std::string credential_broker::placeholder(std::string_view session, std::string_view var) const {
     std::string msg(session);
     msg.push_back('\n');

@@ -49,6 +49,13 @@ public:
             fn(std::string_view(e.name), std::string_view(base_ + e.offset, e.size));
         }
     }
+    /// Replaces every secret value in `json`, a serialised JSON text from `from` on, by
+    /// "REDACTED": as written (a value has no '"' or '\' to escape, the usual case) or
+    /// JSON-escaped, where it starts a character of the text (not inside an escape such as
+    /// \n or \u0041, whose bytes are not the value's). The audit log's line filter: no
+    /// record carries a secret, whatever field an agent put it in.
+    void hide_values(std::string& json, std::size_t from = 0) const;
+
     /// The placeholder of `session` for sandbox variable `var`: "cordon-ph-" and 40 hex
     /// digits of HMAC-SHA256(key, session "\n" var).
     std::string placeholder(std::string_view session, std::string_view var) const;

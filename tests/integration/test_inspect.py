@@ -226,7 +226,9 @@ def cordon_ca_dir():
     return d
 
 
-REAL_SECRET = "sk-test-REAL-" + uuid.uuid4().hex  # what only cordon and llm.test may see
+# What only cordon and llm.test may see. No known token shape (the audit log's shape-based
+# redaction would hide an "sk-..." value whatever cordon does) and a '+' a path may encode.
+REAL_SECRET = "rK7+" + uuid.uuid4().hex + "~x"
 
 
 def secret_file():
@@ -834,6 +836,48 @@ class CredentialBrokerTests(unittest.TestCase):
             self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "credential_misuse"),
                              (head, r.body))
         self.assertEqual(self.llm.matching(m), [])
+
+    def test_a_secret_the_sandbox_sends_is_refused_and_never_written_to_the_audit_log(self):
+        # The review's F1: a refused request's path and method went to the http.request
+        # record as sent. Every form: as is, as the method, percent-encoded ('+' as %2B, the
+        # rest mixed), to a host with and without the credential.
+        m = uuid.uuid4().hex[:8]
+        enc = "".join(f"%{ord(ch):02x}" if i % 2 else ch for i, ch in enumerate(REAL_SECRET))
+        api, llm = self.api.port, self.llm.port
+        auth = f"Authorization: Bearer {self.ph}\r\n"
+        heads = [
+            ("api.test", f"GET /v1/models/{m}/{REAL_SECRET} HTTP/1.1\r\nHost: api.test:{api}"
+                         "\r\n\r\n"),
+            ("api.test", f"{REAL_SECRET} /v1/models/{m} HTTP/1.1\r\nHost: api.test:{api}\r\n\r\n"),
+            ("api.test", f"GET /v1/models/{m}/{enc} HTTP/1.1\r\nHost: api.test:{api}\r\n\r\n"),
+            ("api.test", f"GET /v1/models/{m}?k={enc} HTTP/1.1\r\nHost: api.test:{api}\r\n\r\n"),
+            ("llm.test", f"GET /echo/{m}/{REAL_SECRET} HTTP/1.1\r\nHost: llm.test:{llm}\r\n"
+                         f"{auth}\r\n"),
+        ]
+        for host, head in heads:
+            c = self.raw_tls(host)
+            c.send(head.encode())
+            try:
+                r = c.read_response(10)
+            finally:
+                c.close()
+            # the method: refused by the request rules first; the rest: secret_leak
+            self.assertIn((r.status, r.header("X-Cordon-Deny")),
+                          ((403, "secret_leak"), (403, "http_rule"), (400, "bad_request")),
+                          (head, r.body))
+        self.assertEqual(self.api.matching(m), [])
+        self.assertEqual(self.llm.matching(m), [])
+        H.wait_until(lambda: len([e for e in self.cordon.audit_events()
+                                  if e["event"] == "http.request" and m in e.get("path", "")])
+                     >= len(heads) - 1, 5)  # the method case has m in its path too
+        raw = self.cordon.audit_raw().decode()
+        self.assertNotIn(REAL_SECRET, raw)
+        self.assertNotIn(REAL_SECRET.replace("+", "%2B"), raw)
+        self.assertNotIn(REAL_SECRET[4:-2], raw)  # not even its random middle
+        recs = [e for e in self.cordon.audit_events()
+                if e["event"] == "http.request" and m in e.get("path", "")]
+        self.assertTrue(any("REDACTED" in e.get("path", "") for e in recs), recs)
+        self.assertTrue(any(e.get("method") == "REDACTED" for e in recs), recs)
 
     def test_a_credentialed_request_asks_for_an_answer_cordon_can_read(self):
         m = uuid.uuid4().hex[:8]

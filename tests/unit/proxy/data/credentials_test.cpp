@@ -152,6 +152,15 @@ TEST_CASE("judge_head: every hostile shape is refused with its reason") {
         CHECK(f.judge("/", "X-A: ghp_other_secret_1\r\n", false).reason ==
               deny_reason::secret_leak);
     }
+    SECTION("percent-encoded in the target: the upstream decodes it (review F4)") {
+        const std::string enc_ph = "%63" + f.ph().substr(1);
+        CHECK(f.judge("/v1/models?k=" + enc_ph, "Accept: */*\r\n", false).reason ==
+              deny_reason::credential_misuse);
+        CHECK(f.judge("/v1/models?k=" + enc_ph, ok).reason == deny_reason::credential_misuse);
+        const std::string enc_real = "%73%6B" + real.substr(2);  // "sk" encoded
+        CHECK(f.judge("/v1/models?k=" + enc_real, "Accept: */*\r\n", false).reason ==
+              deny_reason::secret_leak);
+    }
     SECTION("a clean request without a credential passes untouched") {
         const auto v = f.judge("/v1/models", "Accept: */*\r\n", false);
         CHECK(v.reason == deny_reason::none);
@@ -283,11 +292,52 @@ TEST_CASE("stream_scanner: a secret after a placeholder in the same read is stil
     CHECK(back.feed(real.substr(5)) == deny_reason::secret_leak);
 }
 
-TEST_CASE("drop_fields, field_value") {
+TEST_CASE("drop_fields") {
     std::string head =
         "GET / HTTP/1.1\r\nAccept-Encoding: gzip\r\nX-A: 1\r\naccept-encoding: br\r\n";
     CHECK(drop_fields(head, {"accept-encoding", "sec-websocket-extensions"}) == 2);
     CHECK(head == "GET / HTTP/1.1\r\nX-A: 1\r\n");
-    CHECK(field_value("A: 1\r\nContent-Encoding: gzip\r\n", "content-encoding") == "gzip");
-    CHECK(field_value("A: 1\r\n", "content-encoding").empty());
+}
+
+TEST_CASE("field_is_only: every field and every item, as a client joins them") {
+    const std::string_view ce = "content-encoding";
+    CHECK(field_is_only("A: 1\r\n", ce, "identity"));  // none
+    CHECK(field_is_only("Content-Encoding: identity\r\n", ce, "identity"));
+    CHECK(field_is_only("content-encoding:  IDENTITY , identity\r\n", ce, "identity"));
+    CHECK_FALSE(field_is_only("Content-Encoding: gzip\r\n", ce, "identity"));
+    // review F2: the first field says identity, the second gzip
+    CHECK_FALSE(
+        field_is_only("Content-Encoding: identity\r\nContent-Encoding: gzip\r\n", ce, "identity"));
+    CHECK_FALSE(field_is_only("Content-Encoding: identity, br\r\n", ce, "identity"));
+    CHECK_FALSE(
+        field_is_only("Transfer-Encoding: gzip, chunked\r\n", "transfer-encoding", "chunked"));
+    CHECK(field_is_only("Transfer-Encoding: chunked\r\n", "transfer-encoding", "chunked"));
+}
+
+TEST_CASE("hide_values: a secret never reaches an audit line, in any form an agent sends it") {
+    std::string error;
+    const std::string odd = "Zq7+ab\"cd=9";  // a value with a quote to escape and a '+'
+    const auto b = credential_broker::from_values(
+        {{"plain", "rk7Hx0PLAINvalue"}, {"odd", odd}, {"n", "nQ8vLx2mW0z"}}, key, error);
+    REQUIRE(b);
+    const auto hidden = [&](std::string s, std::size_t from = 0) {
+        b->hide_values(s, from);
+        return s;
+    };
+    CHECK(hidden(R"({"path":"/v1/rk7Hx0PLAINvalue/x","method":"rk7Hx0PLAINvalue"})") ==
+          R"({"path":"/v1/REDACTED/x","method":"REDACTED"})");
+    CHECK(hidden(R"({"m":"Zq7+ab\"cd=9"})") == R"({"m":"REDACTED"})");  // JSON-escaped
+    // percent-encoded, in any mix and case of escapes
+    CHECK(hidden(R"({"path":"/v1/rk7Hx0%50LAINvalue"})") == R"({"path":"/v1/REDACTED"})");
+    CHECK(hidden(R"({"path":"/a/Zq7%2bab%22cd%3D9/b"})") == R"({"path":"/a/REDACTED/b"})");
+    // bytes inside an escape are not the value's: left alone, the line stays valid JSON
+    const std::string inside = R"({"m":"\u0000rk7Hx0PLAINvalue"})";
+    CHECK(hidden(inside) == R"({"m":"\u0000REDACTED"})");
+    const std::string after_escape = R"({"m":"\nQ8vLx2mW0z"})";  // a newline, then text
+    CHECK(hidden(after_escape) == after_escape);
+    CHECK(hidden(R"({"m":"\\nQ8vLx2mW0z"})") == R"({"m":"\\REDACTED"})");  // "\\" then it
+    // every occurrence; only from `from` on
+    CHECK(hidden("rk7Hx0PLAINvalue rk7Hx0PLAINvalue") == "REDACTED REDACTED");
+    CHECK(hidden("rk7Hx0PLAINvalue|rk7Hx0PLAINvalue", 1) == "rk7Hx0PLAINvalue|REDACTED");
+    CHECK(hidden("nothing here") == "nothing here");
 }
