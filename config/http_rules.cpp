@@ -2,21 +2,10 @@
 
 #include <algorithm>
 
+#include "common/percent.hpp"
+
 namespace cordon::config {
 namespace {
-
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
 
 bool unreserved(unsigned char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -40,20 +29,6 @@ bool dot_segment(std::string_view seg) {
         }
         return base == "." || base == "..";
     }
-}
-
-// The segments of a normalised path, empty ones skipped.
-std::vector<std::string_view> split(std::string_view path) {
-    std::vector<std::string_view> out;
-    std::size_t i = 0;
-    while (i < path.size()) {
-        const std::size_t j = std::min(path.find('/', i), path.size());
-        if (j > i) {
-            out.push_back(path.substr(i, j - i));
-        }
-        i = j + 1;
-    }
-    return out;
 }
 
 // Classic wildcard match, '*' standing for any run of characters: linear apart from the
@@ -99,17 +74,15 @@ bool segment_matches(std::string_view pat, std::string_view seg) {
 
 }  // namespace
 
-std::string percent_decoded(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
-            hex_value(s[i + 2]) >= 0) {
-            out.push_back(static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2])));
-            i += 2;
-        } else {
-            out.push_back(s[i]);
+std::vector<std::string_view> path_segments(std::string_view path) {
+    std::vector<std::string_view> out;
+    std::size_t i = 0;
+    while (i < path.size()) {
+        const std::size_t j = std::min(path.find('/', i), path.size());
+        if (j > i) {
+            out.push_back(path.substr(i, j - i));
         }
+        i = j + 1;
     }
     return out;
 }
@@ -165,8 +138,8 @@ normal_path normalise_path(std::string_view target, std::size_t max_len) {
             continue;
         }
         if (c == '%') {
-            const int hi = i + 2 < raw.size() ? hex_value(raw[i + 1]) : -1;
-            const int lo = hi >= 0 ? hex_value(raw[i + 2]) : -1;
+            const int hi = i + 2 < raw.size() ? common::hex_value(raw[i + 1]) : -1;
+            const int lo = hi >= 0 ? common::hex_value(raw[i + 2]) : -1;
             if (hi < 0 || lo < 0) {
                 return refuse("a bad percent escape in the path");
             }
@@ -222,7 +195,7 @@ std::optional<path_glob> path_glob::parse(std::string_view text, std::string& er
     }
     path_glob g;
     g.text_ = n.path;
-    for (const std::string_view s : split(n.path)) {
+    for (const std::string_view s : path_segments(n.path)) {
         if (s.find("**") != std::string_view::npos && s != "**") {
             error = "'**' stands for a whole run of segments: write it alone between slashes";
             return std::nullopt;
@@ -236,7 +209,7 @@ std::optional<path_glob> path_glob::parse(std::string_view text, std::string& er
 }
 
 bool path_glob::matches(std::string_view normal_path) const {
-    const std::vector<std::string_view> segs = split(normal_path);
+    const std::vector<std::string_view> segs = path_segments(normal_path);
     std::vector<std::string_view> pat(segments_.begin(), segments_.end());
     return wildcard(
         pat, segs, [](std::string_view s) { return s == "**"; },

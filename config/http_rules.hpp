@@ -32,10 +32,8 @@ struct normal_path {
     std::string origin_form() const;
 };
 
-/// `s` with every "%XX" (two hex digits) decoded to its byte, whatever the byte; anything
-/// else as it is. For scans that must see through encodings (the credential broker's), never
-/// for forwarding: normalise_path says what may be sent.
-std::string percent_decoded(std::string_view s);
+/// The segments of a path ("/a//b/" -> "a", "b"), empty ones skipped; views into `path`.
+std::vector<std::string_view> path_segments(std::string_view path);
 
 /// Normalises an origin-form request-target ("/a/b?q=1"). At most `max_len` bytes are read;
 /// a longer target is refused.

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/percent.hpp"
+
 namespace cordon::config {
 
 namespace {
@@ -24,16 +26,6 @@ bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 
 bool is_hex(char c) noexcept {
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-unsigned hex_value(char c) noexcept {
-    if (is_digit(c)) {
-        return static_cast<unsigned>(c - '0');
-    }
-    if (c >= 'a' && c <= 'f') {
-        return static_cast<unsigned>(c - 'a' + 10);
-    }
-    return static_cast<unsigned>(c - 'A' + 10);
 }
 
 bool is_mapped(const bytes16& b) noexcept {
@@ -93,10 +85,10 @@ std::optional<std::uint64_t> parse_aton_part(std::string_view p) noexcept {
     }
     std::uint64_t v = 0;
     for (; i < p.size(); ++i) {
-        if (!is_hex(p[i]) || hex_value(p[i]) >= base) {
+        if (!is_hex(p[i]) || static_cast<unsigned>(common::hex_value(p[i])) >= base) {
             return std::nullopt;
         }
-        v = v * base + hex_value(p[i]);
+        v = v * base + static_cast<unsigned>(common::hex_value(p[i]));
         if (v > saturated) {
             v = saturated;
         }

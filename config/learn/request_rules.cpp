@@ -19,19 +19,6 @@ using glob = std::vector<std::string>;  // segments: literal, or "*"
 
 constexpr std::string_view star = "*";
 
-std::vector<std::string_view> segments_of(std::string_view path) {
-    std::vector<std::string_view> out;
-    std::size_t i = 0;
-    while (i < path.size()) {
-        const std::size_t j = std::min(path.find('/', i), path.size());
-        if (j > i) {
-            out.push_back(path.substr(i, j - i));
-        }
-        i = j + 1;
-    }
-    return out;
-}
-
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
@@ -89,7 +76,7 @@ public:
     void add(const std::string& method, std::string_view path) {
         node* n = &root_;
         n->any.insert(method);
-        for (const std::string_view s : segments_of(path)) {
+        for (const std::string_view s : config::path_segments(path)) {
             n = &n->kids[std::string(s)];
             n->any.insert(method);
         }
@@ -424,7 +411,7 @@ learned_request_rules learn_request_rules(const std::vector<path_request>& allow
             dropped.push_back(r);
             continue;
         }
-        const std::vector<std::string_view> segs = segments_of(r.path);
+        const std::vector<std::string_view> segs = config::path_segments(r.path);
         const bool deep = segs.size() > opts.max_depth;
         const bool below = r.cut || deep;
         const std::size_t depth = std::min(segs.size(), opts.max_depth);

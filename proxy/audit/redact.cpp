@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <optional>
 
+#include "common/percent.hpp"
+
 namespace cordon::proxy::audit {
 namespace {
 
@@ -27,17 +29,6 @@ bool is_blank(char c) noexcept { return c == ' ' || c == '\t'; }
 bool is_token68(char c) noexcept {
     return is_alnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/' ||
            c == '=';
-}
-
-int hex_value(char c) noexcept {
-    if (is_digit(c)) {
-        return c - '0';
-    }
-    const char l = lower(c);
-    if (l >= 'a' && l <= 'f') {
-        return l - 'a' + 10;
-    }
-    return -1;
 }
 
 bool starts_with_nocase(std::string_view s, std::size_t at, std::string_view prefix) noexcept {
@@ -83,9 +74,10 @@ std::string percent_decode(std::string_view s) {
     std::string out;
     out.reserve(s.size());
     for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '%' && i + 2 < s.size() && hex_value(s[i + 1]) >= 0 &&
-            hex_value(s[i + 2]) >= 0) {
-            out.push_back(static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2])));
+        if (s[i] == '%' && i + 2 < s.size() && common::hex_value(s[i + 1]) >= 0 &&
+            common::hex_value(s[i + 2]) >= 0) {
+            out.push_back(
+                static_cast<char>(common::hex_value(s[i + 1]) * 16 + common::hex_value(s[i + 2])));
             i += 2;
         } else if (s[i] == '+') {
             out.push_back(' ');

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/percent.hpp"
 #include "config/http_rules.hpp"
 #include "proxy/data/http_head.hpp"
 #include "proxy/inspect/secrets.hpp"
@@ -33,7 +34,7 @@ head_verdict judge_head(std::string_view target, std::string_view fields,
                         std::span<const secret_value> secrets) {
     // The target as sent and as the upstream reads it (one percent-decoding: "%63ordon-ph-"
     // in a query is a placeholder to a server that decodes it).
-    const std::string decoded = config::percent_decoded(target);
+    const std::string decoded = common::percent_decoded(target);
     for (const secret_value& s : secrets) {
         if (contains(target, s.value) || contains(decoded, s.value) || contains(fields, s.value)) {
             return refuse(deny_reason::secret_leak,

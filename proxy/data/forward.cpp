@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "common/percent.hpp"
 #include "config/host.hpp"
 #include "config/http_rules.hpp"
 #include "config/target.hpp"
@@ -268,7 +269,7 @@ awaitable<error_code> client_conn::read_response_head(response_reader& rp,
 config::deny_reason client_conn::plain_head_refusal(const http::request_header<>& req,
                                                     std::string_view origin_form) const {
     constexpr std::string_view ph = "cordon-ph-";
-    const std::string decoded = config::percent_decoded(origin_form);
+    const std::string decoded = common::percent_decoded(origin_form);
     std::vector<std::string_view> parts{req.method_string(), origin_form, decoded};
     for (const auto& field : req) {
         parts.emplace_back(field.name_string().data(), field.name_string().size());

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/percent.hpp"
+
 namespace cordon::proxy::inspect {
 namespace {
 
@@ -231,19 +233,6 @@ void hide_all(std::string& text, std::size_t from, std::string_view needle) {
     }
 }
 
-int hex_digit(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 // The value percent-encoded in any mix (a path keeps "%2B" where the value has '+'): the
 // text from `from` with every %XX decoded, each decoded byte mapped to where it began, is
 // searched, and a match replaces the original bytes it came from.
@@ -260,8 +249,8 @@ void hide_encoded(std::string& text, std::size_t from, std::string_view needle) 
             int hi = -1;
             int lo = -1;
             if (text[i] == '%' && i + 2 < text.size()) {
-                hi = hex_digit(text[i + 1]);
-                lo = hex_digit(text[i + 2]);
+                hi = common::hex_value(text[i + 1]);
+                lo = common::hex_value(text[i + 2]);
             }
             if (hi >= 0 && lo >= 0) {
                 decoded.push_back(static_cast<char>(hi * 16 + lo));

@@ -164,9 +164,3 @@ TEST_CASE("http_rules: the first matching request rule wins", "[http_rules]") {
     CHECK(any_path.matches("HEAD", "/anything/at/all"));
     CHECK_FALSE(any_path.matches("PUT", "/"));
 }
-
-TEST_CASE("percent_decoded: every escape, whatever the byte; broken ones kept") {
-    CHECK(cordon::config::percent_decoded("/v1/%63ordon-ph-%2F%zz%4") == "/v1/cordon-ph-/%zz%4");
-    CHECK(cordon::config::percent_decoded("%00%41") == std::string("\0A", 2));
-    CHECK(cordon::config::percent_decoded("").empty());
-}
