@@ -35,6 +35,8 @@ std::string_view to_string(deny_reason r) noexcept {
         "credential_misuse",
         "credential_required",
         "secret_leak",
+        "mcp_tool",
+        "mcp_tool_changed",
     };
     const auto i = static_cast<std::size_t>(r);
     return i < names.size() ? names[i] : "unknown";

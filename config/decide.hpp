@@ -45,8 +45,11 @@ enum class deny_reason : std::uint8_t {
     credential_misuse,    ///< a placeholder sent where no credential is injected, or another's
     credential_required,  ///< a credentialed rule's request without the session's placeholder
     secret_leak,          ///< a real secret's bytes in what the sandbox sends
+    // MCP rules' (docs/mcp.md).
+    mcp_tool,          ///< a tools/call of a tool the rule's `mcp.tools` does not list
+    mcp_tool_changed,  ///< a tools/call of a tool whose definition changed within the session
 };
-inline constexpr std::size_t deny_reason_count = 24;
+inline constexpr std::size_t deny_reason_count = 26;
 std::string_view to_string(deny_reason r) noexcept;
 
 /// What the request asks the proxy to do.

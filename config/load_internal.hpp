@@ -56,6 +56,7 @@ private:
     void load_http_rules(const YAML::Node& n, const std::string& path, std::vector<http_rule>& out);
     void load_resolves_to(const YAML::Node& n, const std::string& path, std::vector<cidr>& out);
     void load_credential(const YAML::Node& n, const std::string& path, egress_rule& r);
+    void load_mcp(const YAML::Node& n, const std::string& path, egress_rule& r);
     void load_job_credentials(const YAML::Node& n, const std::string& path, job& j);
     // True (after the error) when `p` would open the unspecified range.
     bool refuse_unspecified(const YAML::Node& n, const std::string& path, const cidr& p);

@@ -215,7 +215,7 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
     const std::size_t errors_before = errors_.size();
     const auto keys = check_keys(
         n, path,
-        {"host", "cidr", "ports", "protocol", "methods", "http", "resolves_to", "credential"});
+        {"host", "cidr", "ports", "protocol", "methods", "http", "resolves_to", "credential", "mcp"});
     const auto* host = find(keys, "host");
     const auto* net = find(keys, "cidr");
     if (host != nullptr && net != nullptr) {
@@ -305,6 +305,9 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
         } else {
             load_credential(*v, path + ".credential", r);
         }
+    }
+    if (const auto* v = find(keys, "mcp")) {
+        load_mcp(*v, path + ".mcp", r);
     }
     if (const auto* v = find(keys, "resolves_to")) {
         if (net != nullptr) {

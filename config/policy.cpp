@@ -34,6 +34,10 @@ bool egress_rule::allows_method(std::string_view method) const noexcept {
     return std::find(methods.begin(), methods.end(), method) != methods.end();
 }
 
+bool mcp_spec::allows_tool(std::string_view name) const noexcept {
+    return std::binary_search(tools.begin(), tools.end(), name);
+}
+
 std::string egress_rule::describe() const {
     std::string out = host ? host->to_string() : net ? net->to_string() : "?";
     out += ':';

@@ -49,6 +49,14 @@ struct credential_spec {
     std::string suffix;
 };
 
+/// An MCP rule's part (`mcp:`, docs/mcp.md): the rule's traffic is MCP (JSON-RPC 2.0 over
+/// Streamable HTTP); each tools/call is decided on the tool it names.
+struct mcp_spec {
+    std::vector<std::string> tools;  ///< the tools a tools/call may name; sorted, unique
+    std::uint64_t max_body = 1024 * 1024;  ///< a request body or one response message above: refused
+    bool allows_tool(std::string_view name) const noexcept;
+};
+
 /// One egress rule of a job card: a host pattern or a CIDR, ports, protocol.
 struct egress_rule {
     std::optional<host_pattern> host;  ///< exactly one of host and net is set
@@ -61,6 +69,7 @@ struct egress_rule {
     std::vector<http_rule> http;
     std::vector<cidr> resolves_to;              ///< non-public ranges this host may resolve into
     std::optional<credential_spec> credential;  ///< https only: the secret cordon injects
+    std::optional<mcp_spec> mcp;                ///< http and https only: MCP traffic
     source_pos pos;
 
     bool allows_port(std::uint16_t port) const noexcept;

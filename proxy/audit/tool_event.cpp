@@ -126,6 +126,19 @@ std::string redact_tool_arguments(std::string_view text) {
     return json::serialize(v);
 }
 
+tool_event tool_event_of(std::string_view tool, std::string_view arguments_json) {
+    tool_event e;
+    e.tool = std::string(tool);
+    if (!arguments_json.empty()) {
+        e.arguments = redact_tool_arguments(arguments_json);
+        if (e.arguments.size() > max_arguments_bytes) {
+            cut(e.arguments, max_arguments_bytes);
+            e.truncated = true;
+        }
+    }
+    return e;
+}
+
 std::optional<tool_event> parse_tool_event(std::string_view body, std::string& error) {
     if (body.size() > max_event_body_bytes) {
         error = "the event is larger than " + std::to_string(max_event_body_bytes) + " bytes";

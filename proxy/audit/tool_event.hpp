@@ -41,6 +41,10 @@ struct tool_event {
 /// Nesting deeper than 32 levels is refused. Redacts the arguments (redact_tool_arguments).
 std::optional<tool_event> parse_tool_event(std::string_view body, std::string& error);
 
+/// A tool call seen on the wire (an MCP tools/call, proxy/mcp/): its arguments (valid JSON
+/// text, or "" when absent) redacted and cut as a posted event's are.
+tool_event tool_event_of(std::string_view tool, std::string_view arguments_json);
+
 /// Redacts a JSON text of tool arguments and serialises it compactly: the value of every
 /// member whose name passes secret_field_name() becomes "REDACTED" (whatever its type;
 /// null and "" stay), every string (member names too) goes through redact_urls_in_text()

@@ -107,8 +107,11 @@ std::shared_ptr<session_usage> runtime::usage_for(const std::string& session) {
 }
 
 void runtime::forget_usage(const std::string& session) {
-    std::lock_guard lock(usage_mu_);
-    usage_.erase(session);
+    {
+        std::lock_guard lock(usage_mu_);
+        usage_.erase(session);
+    }
+    mcp_pins.forget(session);
 }
 
 awaitable<std::string> runtime::reload(const std::string& by,

@@ -25,6 +25,7 @@
 #include "proxy/control/kill_switch.hpp"
 #include "proxy/control/sessions.hpp"
 #include "proxy/control/state_store.hpp"
+#include "proxy/mcp/tools.hpp"
 
 namespace cordon::proxy::inspect {
 class inspector;
@@ -113,6 +114,9 @@ public:
     std::shared_ptr<lifelines> lifelines_;
     alerts::metrics stats;
     alerts::denial_table denials;  ///< top denied targets per job (GET /v1/denials)
+    /// The MCP tool definitions each session has seen (docs/mcp.md "Pinning"); every worker
+    /// shares them; a session's go with its usage (forget_usage).
+    mcp::pin_store mcp_pins;
     /// The alert webhook (alerts.webhook); set by the daemon before the workers start.
     std::unique_ptr<alerts::denial_notifier> notifier;
     /// The workers and the connections open on them (proxy/control/connections.hpp).

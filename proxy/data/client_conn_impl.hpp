@@ -20,6 +20,10 @@
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/request_log.hpp"
 
+namespace cordon::proxy::mcp {
+struct change;
+}  // namespace cordon::proxy::mcp
+
 namespace cordon::proxy::data {
 
 /// The client's or the upstream's TLS in an inspected tunnel (inspected.cpp, tls_stream.hpp),
@@ -30,6 +34,7 @@ class tls_stream;
 inline constexpr std::size_t body_window_size = 16 * 1024;
 
 class response_reader;
+enum class mcp_answer_mode;
 
 /// One client connection, visible to kills, revocations and reloads (live_connection).
 class client_conn final : public control::live_connection,
@@ -140,6 +145,28 @@ private:
                                      config::deny_reason reason, std::string_view req_method,
                                      std::string_view path, std::string_view message);
 
+    // MCP rules (mcp_flow.cpp, docs/mcp.md), on both paths.
+    /// What becomes of a request on an MCP rule, decided on its whole body.
+    struct mcp_plan {
+        enum class action : std::uint8_t { forward, refuse, answer };
+        action act = action::forward;
+        int status = 0;  ///< refuse: 400 or 413
+        config::deny_reason reason = config::deny_reason::none;  ///< refuse, answer
+        std::string message;                                      ///< refuse: why
+        std::string answer;  ///< answer: the head and the JSON-RPC errors, in the server's place
+    };
+    /// Parses and decides the body (tool.call records for its calls, each refused call a
+    /// denial of `kind`, "http" or "https", on `target`).
+    mcp_plan judge_mcp(const config::egress_rule& rule, const config::job& j,
+                       std::string_view http_method, std::string_view body, bool has_body,
+                       std::string_view target, std::string_view denial_kind);
+    /// The pins that broke in a server's answer: an mcp.tool_changed record each, and a
+    /// denial (mcp_tool_changed), so the alert webhook hears of the rug pull.
+    void record_mcp_changes(const std::vector<mcp::change>& changes, std::string_view target,
+                            std::string_view kind);
+    /// Whose pins: the session, or the job for clients without one (`sources`).
+    std::string mcp_pin_key() const { return session.empty() ? "job:" + job : session; }
+
     // The HTTP forwarding path (forward.cpp). `parsed` is the request's target, parsed (or
     // refused) once by run(); it lives in run()'s frame for the whole call.
     awaitable<bool> handle_forward(request_state& st,
@@ -159,11 +186,17 @@ private:
         /// The request-target sent upstream: the client's, or its normal form where the
         /// rule has request rules (what was matched is what is sent).
         std::string_view origin_form;
+        /// An MCP rule's request: the rule, and the body already read whole and decided.
+        const config::egress_rule* mcp_rule = nullptr;
+        const std::string* mcp_body = nullptr;
     };
     awaitable<bool> forward_request(const forward_exchange& x);
     awaitable<bool> forward_response(const forward_exchange& x, bool upgrade,
                                      bool client_keep_alive);
     awaitable<error_code> read_response_head(response_reader& rp, std::chrono::milliseconds idle);
+    /// An MCP rule's JSON or event-stream answer on the plain path (mcp_flow.cpp).
+    awaitable<bool> forward_mcp_response(const forward_exchange& x, response_reader& rp,
+                                         mcp_answer_mode mode, bool client_keep_alive);
 
     control::runtime& rt_;
     control::worker& w_;

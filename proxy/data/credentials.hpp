@@ -85,16 +85,27 @@ private:
 /// Replaces every occurrence of `from` by `to` in a stream of chunks; a match split across
 /// chunks is replaced. Holds back at most from.size() - 1 bytes until the next chunk or
 /// finish().
-class stream_replacer {
+/// What `pump` (stream_pump.hpp) runs a body through on its way: the secret replaced by the
+/// placeholder (stream_replacer), an MCP event stream filtered (mcp_flow.hpp).
+class body_rewriter {
+public:
+    virtual ~body_rewriter() = default;
+    /// Appends to `out` what can be passed on of `chunk` (with what was held back).
+    virtual void feed(std::string_view chunk, std::string& out) = 0;
+    /// Appends what is still held back (the stream ended).
+    virtual void finish(std::string& out) = 0;
+    /// True once nothing more may be passed on: the body is cut there.
+    virtual bool failed() const noexcept { return false; }
+};
+
+class stream_replacer final : public body_rewriter {
 public:
     stream_replacer(std::string_view from, std::string_view to) : from_(from), to_(to) {}
-    ~stream_replacer();
+    ~stream_replacer() override;
     stream_replacer(const stream_replacer&) = delete;
     stream_replacer& operator=(const stream_replacer&) = delete;
-    /// Appends to `out` what can be passed on of `chunk` (with what was held back).
-    void feed(std::string_view chunk, std::string& out);
-    /// Appends what is still held back (the stream ended).
-    void finish(std::string& out);
+    void feed(std::string_view chunk, std::string& out) override;
+    void finish(std::string& out) override;
     std::size_t replaced() const noexcept { return replaced_; }
 
 private:

@@ -19,6 +19,7 @@
 #include "config/target.hpp"
 #include "proxy/data/client_conn_impl.hpp"
 #include "proxy/data/credentials.hpp"
+#include "proxy/data/mcp_flow.hpp"
 #include "proxy/data/http_head.hpp"
 #include "proxy/data/response_reader.hpp"
 #include "proxy/inspect/inspector.hpp"
@@ -373,6 +374,58 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
     }
     const std::string sent_target = normalised ? np.origin_form() : std::string();
     const config::job& j = *policy->source().find_job(job);
+    // An MCP rule: the body read whole (bounded) and decided call by call before anything is
+    // dialled (docs/mcp.md); a refused call is answered in the server's place.
+    const config::egress_rule* mcp_rule =
+        st.decision.rule != nullptr && st.decision.rule->mcp ? st.decision.rule : nullptr;
+    std::string mcp_body;
+    if (mcp_rule != nullptr) {
+        if (wants_upgrade(req.base())) {
+            co_await deny(st, 400, deny_reason::bad_request,
+                          "an MCP rule carries no protocol upgrades");
+            co_return false;
+        }
+        if (has_body) {
+            const std::size_t max = mcp_rule->mcp->max_body;
+            if (const auto e = req.find(http::field::expect);
+                e != req.end() && beast::iequals(e->value(), "100-continue") && !parser.is_done()) {
+                // The body is needed before anything is dialled: the client is told to send it.
+                static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+                auto [cec, cn] = co_await net::async_write(client_.socket(), net::buffer(cont),
+                                                           use_nothrow);
+                (void)cn;
+                if (cec) {
+                    co_await deny(st, 400, deny_reason::bad_request, "the client went away");
+                    co_return false;
+                }
+            }
+            const whole_end we =
+                co_await read_whole_body(client_, buffer, parser, req.body(), max,
+                                         policy->source().proxy.idle_timeout, mcp_body,
+                                         fwd().window);
+            if (we != whole_end::done) {
+                const bool large = we == whole_end::too_large;
+                const std::string why =
+                    large ? "an MCP request body larger than the rule's max_body (" +
+                                std::to_string(max) + " bytes)"
+                          : std::string("the request body ended early or is malformed");
+                co_await deny(st, large ? 413 : 400, deny_reason::bad_request, why);
+                co_return false;
+            }
+        }
+        mcp_plan plan = judge_mcp(*mcp_rule, j, method, mcp_body, has_body, st.log.target, "http");
+        if (plan.act == mcp_plan::action::refuse) {
+            co_await deny(st, plan.status, plan.reason, plan.message);
+            co_return false;
+        }
+        if (plan.act == mcp_plan::action::answer) {
+            // The denials were counted per call (judge_mcp); the record says the first.
+            st.log.deny(plan.reason, 200);
+            co_await net::async_write(client_.socket(), net::buffer(plan.answer), use_nothrow);
+            shutdown_client();
+            co_return false;
+        }
+    }
     if (!co_await connect_forward(st)) {
         co_return false;
     }
@@ -408,7 +461,9 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
                              j,
                              policy->source().proxy,
                              t,
-                             normalised ? std::string_view(sent_target) : t.origin_form};
+                             normalised ? std::string_view(sent_target) : t.origin_form,
+                             mcp_rule,
+                             &mcp_body};
     co_return co_await forward_request(x);
 }
 
@@ -496,9 +551,35 @@ awaitable<bool> client_conn::forward_request(const forward_exchange& x) {
     if (upgrade) {
         out.append("Connection: upgrade\r\n");
     }
+    if (x.mcp_rule != nullptr) {
+        // Answers cordon filters must be readable; the body read whole goes with its length.
+        drop_fields(out, {"accept-encoding", "transfer-encoding", "content-length"});
+        out.append("Accept-Encoding: identity\r\n");
+        if (!x.mcp_body->empty() || parser.content_length()) {
+            out.append("Content-Length: ");
+            out.append(std::to_string(x.mcp_body->size()));
+            out.append("\r\n");
+        }
+    }
     out.append("Host: ");
     out.append(t.authority);
     out.append("\r\n\r\n");
+    if (x.mcp_rule != nullptr) {
+        const std::array<net::const_buffer, 2> both = {net::buffer(out),
+                                                       net::buffer(*x.mcp_body)};
+        upstream_.expires_after(x.ps.idle_timeout);
+        auto [wec, wn] = co_await net::async_write(upstream_, both, use_nothrow);
+        upstream_.expires_never();
+        st.log.bytes_up += wn;
+        if (wec) {
+            if (closed_by_.empty()) {
+                co_await error_reply(st, 502, "the upstream closed the connection");
+            }
+            log_close(st, !closed_by_.empty() ? closed_by_ : "upstream_error");
+            co_return false;
+        }
+        co_return co_await forward_response(x, false, client_keep_alive);
+    }
     {
         std::string reason;
         // The upload budget is checked per chunk, before the chunk goes upstream.
@@ -580,6 +661,20 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
         co_return false;
     }
     const bool switching = upgrade && rp.status() == 101;
+    if (x.mcp_rule != nullptr) {
+        std::string_view why;
+        const mcp_answer_mode mode = mcp_mode_of(rp, why);
+        if (mode == mcp_answer_mode::refused) {
+            if (closed_by_.empty()) {
+                co_await error_reply(st, 502, why);
+            }
+            log_close(st, !closed_by_.empty() ? closed_by_ : "upstream_error");
+            co_return false;
+        }
+        if (mode != mcp_answer_mode::pass) {
+            co_return co_await forward_mcp_response(x, rp, mode, client_keep_alive);
+        }
+    }
     const bool keep = !switching && client_keep_alive && rp.keep_alive();
     out.clear();
     out.append(rp.status_line());

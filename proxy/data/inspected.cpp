@@ -19,6 +19,7 @@
 #include "proxy/data/client_conn_impl.hpp"
 #include "proxy/data/credentials.hpp"
 #include "proxy/data/http_head.hpp"
+#include "proxy/data/mcp_flow.hpp"
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/response_reader.hpp"
 #include "proxy/data/responses.hpp"
@@ -276,6 +277,79 @@ awaitable<void> client_conn::serve_inspected(
             }
         }
 
+        // An MCP rule: the body is read whole (bounded) and decided call by call before any
+        // of the request goes upstream (docs/mcp.md).
+        const config::egress_rule* mcp_rule = md.effective.rule != nullptr &&
+                                                      md.effective.rule->mcp
+                                                  ? md.effective.rule
+                                                  : nullptr;
+        std::string mcp_body;
+        if (mcp_rule != nullptr) {
+            if (upgrade) {
+                co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method,
+                                          audit_path,
+                                          "an MCP rule carries no protocol upgrades");
+                reason = "bad_request";
+                break;
+            }
+            if (has_body) {
+                const std::size_t max = mcp_rule->mcp->max_body;
+                const whole_end we = co_await read_whole_body(cs, cbuf, parser, parser.get().body(),
+                                                              max, ps.idle_timeout, mcp_body,
+                                                              f.window);
+                if (we != whole_end::done) {
+                    const bool large = we == whole_end::too_large;
+                    const std::string why =
+                        large ? "an MCP request body larger than the rule's max_body (" +
+                                    std::to_string(max) + " bytes)"
+                              : std::string("the request body ended early or is malformed");
+                    co_await refuse_inspected(cs, st, large ? 413 : 400, deny_reason::bad_request,
+                                              req_method, audit_path, why);
+                    reason = "bad_request";
+                    break;
+                }
+                // What any body may not carry (placeholders, secrets), and the budget.
+                stream_scanner body_scan(secrets);
+                deny_reason r = body_scan.feed(mcp_body);
+                if (r == deny_reason::none && !quota_.admit_chunk(j.limits, mcp_body.size())) {
+                    r = deny_reason::budget;
+                }
+                if (r != deny_reason::none) {
+                    co_await refuse_inspected(cs, st, 403, r, req_method, audit_path, "");
+                    reason = config::to_string(r);
+                    break;
+                }
+            }
+            const mcp_plan plan = judge_mcp(*mcp_rule, j, req_method, mcp_body, has_body,
+                                            tunnel_target_, "https");
+            if (plan.act == mcp_plan::action::refuse) {
+                co_await refuse_inspected(cs, st, plan.status, plan.reason, req_method, audit_path,
+                                          plan.message);
+                reason = "bad_request";
+                break;
+            }
+            if (plan.act == mcp_plan::action::answer) {
+                // JSON-RPC errors in the server's place: an MCP client shows its model a
+                // normal error. The denials were counted per call.
+                std::uint64_t wn = 0;
+                if (closed_by_.empty()) {
+                    cs.expires_after(ps.idle_timeout);
+                    auto [aec, an] = co_await net::async_write(cs, net::buffer(plan.answer),
+                                                               use_nothrow);
+                    cs.expires_never();
+                    (void)aec;
+                    wn = an;
+                }
+                st.log.bytes_down += wn;
+                http_note n{req_method, audit_path, 200};
+                n.reason = plan.reason;
+                n.bytes_down = wn;
+                write_http_request(n);
+                reason = config::to_string(plan.reason);
+                break;
+            }
+        }
+
         // The head as it goes upstream: the normal form where request rules judged the path.
         const bool normalised = md.effective.rule != nullptr && !md.effective.rule->http.empty();
         f.out_head.clear();
@@ -297,11 +371,18 @@ awaitable<void> client_conn::serve_inspected(
             f.out_head.append(std::to_string(*cl));
             f.out_head.append("\r\n");
         }
-        if (!hv.placeholder.empty()) {
-            // The answer must be readable to be redacted: no compression, on the body or on
-            // WebSocket frames.
+        if (!hv.placeholder.empty() || mcp_rule != nullptr) {
+            // The answer must be readable to be redacted or filtered: no compression, on the
+            // body or on WebSocket frames.
             drop_fields(f.out_head, {"accept-encoding", "sec-websocket-extensions"});
             f.out_head.append("Accept-Encoding: identity\r\n");
+        }
+        if (mcp_rule != nullptr && has_body) {
+            // The body read whole goes with its length.
+            drop_fields(f.out_head, {"transfer-encoding", "content-length"});
+            f.out_head.append("Content-Length: ");
+            f.out_head.append(std::to_string(mcp_body.size()));
+            f.out_head.append("\r\n");
         }
         if (upgrade) {
             f.out_head.append("Connection: upgrade\r\n");
@@ -349,9 +430,19 @@ awaitable<void> client_conn::serve_inspected(
         const std::function<bool(std::string_view)> no_limit;
         std::string scratch;
         http::buffer_body::value_type& rbody = parser.get().body();
-        const pump_result up = co_await pump(cs, cbuf, parser, rbody, us, f.out_head,
-                                             parser.chunked(), ps.idle_timeout, admit, f.window,
-                                             nullptr, scratch);
+        pump_result up;
+        if (mcp_rule != nullptr) {
+            const std::array<net::const_buffer, 2> both = {net::buffer(f.out_head),
+                                                           net::buffer(mcp_body)};
+            us.expires_after(ps.idle_timeout);
+            auto [wec, wn] = co_await net::async_write(us, both, use_nothrow);
+            us.expires_never();
+            up.written = wn;
+            up.end = wec ? pump_end::write_error : pump_end::done;
+        } else {
+            up = co_await pump(cs, cbuf, parser, rbody, us, f.out_head, parser.chunked(),
+                               ps.idle_timeout, admit, f.window, nullptr, scratch);
+        }
         st.log.bytes_up += up.written;
         if (!sent_secret.empty()) {
             std::fill(f.out_head.begin(), f.out_head.end(), '\0');  // it held the secret
@@ -428,6 +519,75 @@ awaitable<void> client_conn::serve_inspected(
             break;
         }
         const bool switching = upgrade && rp.status() == 101;
+        if (mcp_rule != nullptr) {
+            // A JSON answer read whole and filtered, an event stream event by event; other
+            // answers (no body, error pages) go on below as any answer.
+            std::string_view why;
+            const mcp_answer_mode mode = mcp_mode_of(rp, why);
+            if (mode == mcp_answer_mode::refused) {
+                http_note n{req_method, audit_path, 502};
+                n.bytes_up = up.written;
+                n.message = why;
+                co_await upstream_failure(cs, n);
+                reason = "upstream_error";
+                break;
+            }
+            if (mode != mcp_answer_mode::pass) {
+                const std::string pins = mcp_pin_key();
+                const mcp::filter_context ctx{*mcp_rule->mcp, j.mode == config::job_mode::report,
+                                              &rt_.mcp_pins, pins, host};
+                stream_replacer back(sent_secret, sent_placeholder);
+                stream_replacer* redact_back = sent_secret.empty() ? nullptr : &back;
+                mcp_answer_filter answer_filter(
+                    ctx, mcp_rule->mcp->max_body,
+                    [this](const std::vector<mcp::change>& ch) {
+                        record_mcp_changes(ch, tunnel_target_, "https");
+                    },
+                    redact_back);
+                const mcp_answer_io io{f.out_head,          f.window,     scratch,
+                                       ps.idle_timeout,     mcp_rule->mcp->max_body,
+                                       req.version(),       client_keep_alive,
+                                       redact_back,         sent_secret,  sent_placeholder};
+                const mcp_answer_result ar =
+                    co_await forward_mcp_answer(us, ubuf, rp, cs, mode, answer_filter, io);
+                if (ar.refused_before_head) {
+                    http_note n{req_method, audit_path, 502};
+                    n.bytes_up = up.written;
+                    n.message = ar.error;
+                    n.credential = hv.secret_name;
+                    co_await upstream_failure(cs, n);
+                    reason = "upstream_error";
+                    break;
+                }
+                st.log.bytes_down += ar.written;
+                http_note n{req_method, audit_path, static_cast<int>(rp.status())};
+                n.would_deny = md.would_deny;
+                n.credential = hv.secret_name;
+                n.bytes_up = up.written;
+                n.bytes_down = ar.written;
+                n.message = ar.end == pump_end::done ? std::string_view()
+                            : !ar.error.empty()      ? std::string_view(ar.error)
+                                                     : std::string_view("response not forwarded whole");
+                write_http_request(n);
+                if (ar.end != pump_end::done) {
+                    reason = ar.end == pump_end::refused ? "upstream_error" : "error";
+                    break;
+                }
+                if (!ar.keep) {
+                    break;
+                }
+                if (ubuf.size() > 0) {
+                    reason = "upstream_error";
+                    break;
+                }
+                fwd_.reset();
+                ubuf.shrink_to_fit();
+                if (cbuf.size() == 0) {
+                    cbuf.shrink_to_fit();
+                }
+                continue;
+            }
+        }
         // A credentialed answer has the secret replaced by the placeholder, which changes
         // its length: a body goes out chunked (HTTP/1.0 clients: delimited by the close).
         // Every answer on an upstream connection the secret went out on is redacted.

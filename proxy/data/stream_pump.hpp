@@ -45,7 +45,7 @@ awaitable<pump_result> pump(From& from, beast::flat_buffer& fb, Parser& p,
                             http::buffer_body::value_type& body, To& to, std::string_view head,
                             bool chunked, std::chrono::milliseconds idle,
                             const std::function<bool(std::string_view)>& accept, char* window,
-                            stream_replacer* rewrite, std::string& scratch) {
+                            body_rewriter* rewrite, std::string& scratch) {
     pump_result r;
     chunked = chunked && !p.is_done();
     p.eager(true);
@@ -110,6 +110,11 @@ awaitable<pump_result> pump(From& from, beast::flat_buffer& fb, Parser& p,
             }
             data = scratch.data();
             got = scratch.size();
+            if (rewrite->failed()) {
+                // What came before the failure still goes; then the body ends, and the
+                // caller closes the connection.
+                r.end = pump_end::refused;
+            }
         }
         char size_line[24];
         std::size_t size_len = 0;
@@ -137,7 +142,7 @@ awaitable<pump_result> pump(From& from, beast::flat_buffer& fb, Parser& p,
                 break;
             }
         }
-        if (p.is_done()) {
+        if (p.is_done() || r.end == pump_end::refused) {
             break;
         }
     }

@@ -81,7 +81,7 @@ REASONS = ("no_rule", "port", "protocol", "method", "private_address", "bad_requ
            "unknown_job", "sni_mismatch", "kill_switch", "session_killed", "token_expired",
            "auth", "limit", "budget", "policy_changed", "token_revoked", "session_ended",
            "audit_unavailable", "http_rule", "upstream_tls", "credential_misuse",
-           "credential_required", "secret_leak", "no_session", "qtype", "other")
+           "credential_required", "secret_leak", "mcp_tool", "mcp_tool_changed", "no_session", "qtype", "other")
 
 
 def L(**kw):

@@ -285,7 +285,7 @@ TEST_CASE("deny reasons have stable names", "[decide]") {
     CHECK(to_string(deny_reason::audit_unavailable) == "audit_unavailable");
     CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 5)) == "http_rule");
     CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 4)) == "upstream_tls");
-    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "secret_leak");
+    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "mcp_tool_changed");
 }
 
 TEST_CASE("compiled policy: job lookup and many rules", "[decide]") {

@@ -1,0 +1,274 @@
+// MCP rules on the wire (mcp_flow.hpp, docs/mcp.md): a request's calls decided and recorded,
+// a server's answers filtered.
+
+#include "proxy/data/mcp_flow.hpp"
+
+#include "proxy/audit/tool_event.hpp"
+#include "proxy/data/responses.hpp"
+#include "proxy/mcp/jsonrpc.hpp"
+
+namespace cordon::proxy::data {
+
+using config::deny_reason;
+
+std::string_view first_field_value(std::string_view lines, std::string_view name) noexcept {
+    std::string_view found;
+    bool seen = false;
+    for_each_field(lines, [&](std::string_view n, std::string_view v) {
+        if (!seen && ascii_iequals(n, name)) {
+            found = v;
+            seen = true;
+        }
+    });
+    while (!found.empty() && (found.front() == ' ' || found.front() == '\t')) {
+        found.remove_prefix(1);
+    }
+    while (!found.empty() && (found.back() == ' ' || found.back() == '\t')) {
+        found.remove_suffix(1);
+    }
+    return found;
+}
+
+mcp_answer_mode mcp_mode_of(const response_reader& rp, std::string_view& why) {
+    if (rp.is_done()) {
+        return mcp_answer_mode::pass;  // no body: 202 Accepted to a notification, HEAD, 204
+    }
+    const std::string_view lines = rp.field_lines();
+    const std::string_view type = first_field_value(lines, "content-type");
+    const bool events = mcp::is_event_stream_type(type);
+    const bool json = !events && mcp::is_json_type(type);
+    if (!events && !json) {
+        if (rp.status() >= 200 && rp.status() < 300) {
+            why = "the MCP server answered with a body that is neither JSON nor an event "
+                  "stream: not passed on";
+            return mcp_answer_mode::refused;
+        }
+        return mcp_answer_mode::pass;  // an error page
+    }
+    // Bytes cordon cannot read cannot be filtered: every field is read (a repeated field is
+    // one list).
+    if (!field_is_only(lines, "content-encoding", "identity") ||
+        !field_is_only(lines, "transfer-encoding", "chunked")) {
+        why = "the MCP server answered with an encoded body (Content-Encoding or "
+              "Transfer-Encoding) cordon cannot read: not passed on";
+        return mcp_answer_mode::refused;
+    }
+    return events ? mcp_answer_mode::events : mcp_answer_mode::json;
+}
+
+mcp_answer_filter::mcp_answer_filter(const mcp::filter_context& ctx, std::size_t max_message,
+                                     change_sink sink, stream_replacer* redact)
+    : ctx_(ctx),
+      sink_(std::move(sink)),
+      redact_(redact),
+      events_(max_message, [this](std::string_view data, std::string& replacement) {
+          return on_event(data, replacement);
+      }) {}
+
+bool mcp_answer_filter::filter_json(std::string& body, std::string& error) {
+    std::string rewritten;
+    mcp::filter_result r = mcp::filter_server_message(body, ctx_, rewritten);
+    if (!r.changes.empty() && sink_) {
+        sink_(r.changes);
+    }
+    if (!r.ok) {
+        error = "the MCP server's answer is not JSON cordon can read (" + r.error +
+                "): not passed on";
+        return false;
+    }
+    if (r.rewritten) {
+        body.swap(rewritten);
+    }
+    return true;
+}
+
+mcp::sse_filter::verdict mcp_answer_filter::on_event(std::string_view data,
+                                                     std::string& replacement) {
+    mcp::filter_result r = mcp::filter_server_message(data, ctx_, replacement);
+    if (!r.changes.empty() && sink_) {
+        sink_(r.changes);
+    }
+    if (!r.ok) {
+        replacement = "an event whose data is not JSON cordon can read (" + r.error + ")";
+        return mcp::sse_filter::verdict::refuse;
+    }
+    return r.rewritten ? mcp::sse_filter::verdict::rewrite : mcp::sse_filter::verdict::pass;
+}
+
+void mcp_answer_filter::feed(std::string_view chunk, std::string& out) {
+    if (redact_ == nullptr) {
+        events_.feed(chunk, out);
+        return;
+    }
+    passed_.clear();
+    events_.feed(chunk, passed_);
+    redact_->feed(passed_, out);
+}
+
+void mcp_answer_filter::finish(std::string& out) {
+    if (redact_ == nullptr) {
+        events_.finish(out);
+        return;
+    }
+    passed_.clear();
+    events_.finish(passed_);
+    redact_->feed(passed_, out);
+    redact_->finish(out);
+}
+
+client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule,
+                                             const config::job& j, std::string_view http_method,
+                                             std::string_view body, bool has_body,
+                                             std::string_view target, std::string_view denial_kind) {
+    mcp_plan plan;
+    if (!has_body) {
+        return plan;  // GET (an event stream), DELETE (the MCP session's end): no calls
+    }
+    if (http_method != "POST") {
+        plan.act = mcp_plan::action::refuse;
+        plan.status = 400;
+        plan.reason = deny_reason::bad_request;
+        plan.message = "on an MCP rule, a request with a body is a POST of JSON-RPC messages";
+        return plan;
+    }
+    mcp::request_body parsed;
+    std::string error;
+    if (!mcp::parse_request_body(body, parsed, error)) {
+        plan.act = mcp_plan::action::refuse;
+        plan.status = 400;
+        plan.reason = deny_reason::bad_request;
+        plan.message = "not an MCP request cordon can decide: " + error;
+        return plan;
+    }
+    const config::mcp_spec& spec = *rule.mcp;
+    const bool report = j.mode == config::job_mode::report;
+    const std::string pins = mcp_pin_key();
+    const std::string_view server = host;
+    std::vector<mcp::call_verdict> verdicts(parsed.messages.size());
+    deny_reason first = deny_reason::none;
+    for (std::size_t i = 0; i < parsed.messages.size(); ++i) {
+        const mcp::message& m = parsed.messages[i];
+        if (!m.is_call()) {
+            continue;
+        }
+        verdicts[i] = mcp::judge_call(m, spec, report, [&](std::string_view tool) {
+            return rt_.mcp_pins.changed(pins, server, tool);
+        });
+        if (first == deny_reason::none) {
+            first = verdicts[i].reason;
+        }
+    }
+    // Every call is recorded, refused or not (a refusal is a denial too, and says so).
+    for (std::size_t i = 0; i < parsed.messages.size(); ++i) {
+        const mcp::message& m = parsed.messages[i];
+        if (!m.is_call()) {
+            continue;
+        }
+        const audit::tool_event e = audit::tool_event_of(m.tool, m.arguments);
+        auto r = sink_.make("tool.call");
+        if (!session.empty()) {
+            r.add("session", session);
+        }
+        r.add("job", job).add("client", client_text_).add("via", "mcp");
+        if (!token_id.empty()) {
+            r.add("token_id", token_id);
+        }
+        r.add("server", server).add("target", target).add("tool", e.tool);
+        if (m.has_id()) {
+            r.add("id", m.id.substr(0, 256));
+        }
+        if (!e.arguments.empty()) {
+            r.add("arguments", e.arguments);
+        }
+        if (e.truncated) {
+            r.add("arguments_truncated", true);
+        }
+        const mcp::call_verdict& v = verdicts[i];
+        if (v.reason != deny_reason::none) {
+            r.add("reason", config::to_string(v.reason));
+        } else if (first != deny_reason::none) {
+            r.add("reason", "mcp_batch");  // allowed, but its batch was not forwarded
+        }
+        if (v.would_deny != deny_reason::none) {
+            r.add("would_deny", config::to_string(v.would_deny));
+        }
+        sink_.write(std::move(r));
+        if (v.reason != deny_reason::none) {
+            rt_.denied(control::denial{job, session, config::to_string(v.reason), target,
+                                       denial_kind});
+        }
+    }
+    if (first != deny_reason::none) {
+        const std::string answer = mcp::refusal_answer(parsed, verdicts, job);
+        plan.act = mcp_plan::action::answer;
+        plan.reason = first;
+        plan.answer = mcp::refusal_head(first, answer.size()) + answer;
+    }
+    return plan;
+}
+
+awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x,
+                                                  response_reader& rp, mcp_answer_mode mode,
+                                                  bool client_keep_alive) {
+    request_state& st = x.st;
+    forward_state& fs = fwd();
+    const std::size_t max = x.mcp_rule->mcp->max_body;
+    const std::string pins = mcp_pin_key();
+    const mcp::filter_context ctx{*x.mcp_rule->mcp, x.j.mode == config::job_mode::report,
+                                  &rt_.mcp_pins, pins, host};
+    mcp_answer_filter filter(
+        ctx, max,
+        [this, &st](const std::vector<mcp::change>& ch) {
+            record_mcp_changes(ch, st.log.target, "http");
+        },
+        nullptr);
+    std::string scratch;
+    const mcp_answer_io io{fs.out_head,       fs.window, scratch,
+                           x.ps.idle_timeout, max,       x.parser.get().version(),
+                           client_keep_alive, nullptr,   {},
+                           {}};
+    const mcp_answer_result ar =
+        co_await forward_mcp_answer(upstream_, upstream_buffer_, rp, client_, mode, filter, io);
+    if (ar.refused_before_head) {
+        if (closed_by_.empty()) {
+            co_await error_reply(st, 502, ar.error);
+        }
+        log_close(st, !closed_by_.empty() ? std::string_view(closed_by_) : "upstream_error");
+        co_return false;
+    }
+    st.log.bytes_down += ar.written;
+    if (ar.end != pump_end::done) {
+        log_close(st, !closed_by_.empty()                ? std::string_view(closed_by_)
+                      : ar.end == pump_end::write_error ? std::string_view("client_error")
+                                                        : std::string_view("upstream_error"));
+        co_return false;
+    }
+    if (!ar.keep) {
+        error_code ignored;
+        upstream_.socket().close(ignored);
+        forget_upstream();
+        address.reset();
+    }
+    log_close(st, ar.keep ? "done" : "eof");
+    co_return ar.keep && closed_by_.empty();
+}
+
+void client_conn::record_mcp_changes(const std::vector<mcp::change>& changes,
+                                     std::string_view target, std::string_view denial_kind) {
+    for (const mcp::change& c : changes) {
+        auto r = sink_.make("mcp.tool_changed");
+        if (!session.empty()) {
+            r.add("session", session);
+        }
+        r.add("job", job).add("client", client_text_).add("server", host).add("target", target);
+        r.add("tool", c.tool);
+        r.add("message", c.full ? "more tools than cordon pins per session: refused as changed"
+                                : "the server's definition of this tool changed since it was "
+                                  "first listed in this session: its calls are refused");
+        sink_.write(std::move(r));
+        rt_.denied(control::denial{job, session, config::to_string(deny_reason::mcp_tool_changed),
+                                   target, denial_kind});
+    }
+}
+
+}  // namespace cordon::proxy::data

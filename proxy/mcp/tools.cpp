@@ -1,0 +1,220 @@
+#include "proxy/mcp/tools.hpp"
+
+#include <openssl/evp.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+
+#include "proxy/mcp/jsonrpc.hpp"
+
+namespace cordon::proxy::mcp {
+namespace json = boost::json;
+namespace {
+
+// Canonical text: members sorted by name at every depth; "_meta" left out at the top.
+void canonical(const json::value& v, std::string& out, bool top) {
+    if (const json::object* o = v.if_object()) {
+        std::vector<const json::key_value_pair*> members;
+        members.reserve(o->size());
+        for (const auto& kv : *o) {
+            if (!(top && kv.key() == "_meta")) {
+                members.push_back(&kv);
+            }
+        }
+        std::sort(members.begin(), members.end(),
+                  [](const auto* a, const auto* b) { return a->key() < b->key(); });
+        out.push_back('{');
+        for (std::size_t i = 0; i < members.size(); ++i) {
+            if (i > 0) {
+                out.push_back(',');
+            }
+            out.append(json::serialize(json::string(members[i]->key())));
+            out.push_back(':');
+            canonical(members[i]->value(), out, false);
+        }
+        out.push_back('}');
+        return;
+    }
+    if (const json::array* a = v.if_array()) {
+        out.push_back('[');
+        for (std::size_t i = 0; i < a->size(); ++i) {
+            if (i > 0) {
+                out.push_back(',');
+            }
+            canonical((*a)[i], out, false);
+        }
+        out.push_back(']');
+        return;
+    }
+    out.append(json::serialize(v));
+}
+
+tool_digest digest(const json::value& definition) {
+    std::string text;
+    canonical(definition, text, true);
+    tool_digest d{};
+    unsigned int len = 0;
+    EVP_Digest(text.data(), text.size(), d.data(), &len, EVP_sha256(), nullptr);
+    return d;
+}
+
+std::string pin_key(std::string_view server, std::string_view tool) {
+    std::string k(server);
+    k.push_back('\n');
+    k.append(tool);
+    return k;
+}
+
+// A tools/list result: {"tools": [{"name": ...}, ...], ...}.
+json::array* tools_of(json::value& msg) {
+    json::object* o = msg.if_object();
+    if (o == nullptr || o->if_contains("method") != nullptr) {
+        return nullptr;
+    }
+    json::value* result = o->if_contains("result");
+    if (result == nullptr || !result->is_object()) {
+        return nullptr;
+    }
+    json::value* tools = result->get_object().if_contains("tools");
+    return tools != nullptr && tools->is_array() ? &tools->get_array() : nullptr;
+}
+
+// Filters one message in place; true when it changed.
+bool filter_one(json::value& msg, const filter_context& ctx, filter_result& r) {
+    json::array* tools = tools_of(msg);
+    if (tools == nullptr) {
+        return false;
+    }
+    json::array kept;
+    for (json::value& t : *tools) {
+        const json::object* def = t.if_object();
+        const json::value* name = def != nullptr ? def->if_contains("name") : nullptr;
+        if (name == nullptr || !name->is_string()) {
+            if (ctx.report) {
+                kept.push_back(std::move(t));
+            } else {
+                ++r.removed;  // not a tool anyone can call by name
+            }
+            continue;
+        }
+        const std::string_view tool(name->get_string().data(), name->get_string().size());
+        bool holds = true;
+        if (ctx.pins != nullptr) {
+            const pin_store::pin p = ctx.pins->observe(ctx.session, ctx.server, tool, digest(t));
+            holds = p == pin_store::pin::first || p == pin_store::pin::same;
+            if ((p == pin_store::pin::full || p == pin_store::pin::changed) &&
+                std::none_of(r.changes.begin(), r.changes.end(),
+                             [&](const change& c) { return c.tool == tool; })) {
+                r.changes.push_back(change{std::string(tool), p == pin_store::pin::full});
+            }
+        }
+        if (ctx.report || (holds && ctx.spec.allows_tool(tool))) {
+            kept.push_back(std::move(t));
+        } else {
+            ++r.removed;
+        }
+    }
+    if (kept.size() == tools->size()) {
+        return false;
+    }
+    *tools = std::move(kept);
+    return true;
+}
+
+}  // namespace
+
+pin_store::pin pin_store::observe(std::string_view session, std::string_view server,
+                                  std::string_view tool, const tool_digest& d) {
+    const std::lock_guard lock(m_);
+    session_pins& s = by_session_[std::string(session)];
+    const std::string key = pin_key(server, tool);
+    const auto it = s.tools.find(key);
+    if (it == s.tools.end()) {
+        if (s.tools.size() >= max_per_session_) {
+            s.full = true;
+            return pin::full;
+        }
+        s.tools.emplace(key, entry{d, false});
+        return pin::first;
+    }
+    if (it->second.changed) {
+        return pin::was_changed;
+    }
+    if (it->second.digest != d) {
+        it->second.changed = true;
+        return pin::changed;
+    }
+    return pin::same;
+}
+
+bool pin_store::changed(std::string_view session, std::string_view server,
+                        std::string_view tool) const {
+    const std::lock_guard lock(m_);
+    const auto s = by_session_.find(std::string(session));
+    if (s == by_session_.end()) {
+        return false;
+    }
+    const auto it = s->second.tools.find(pin_key(server, tool));
+    if (it == s->second.tools.end()) {
+        // Never listed: a call before any tools/list pins nothing; one past the bound is
+        // refused, since its definition could not be kept.
+        return s->second.full;
+    }
+    return it->second.changed;
+}
+
+void pin_store::forget(std::string_view session) {
+    const std::lock_guard lock(m_);
+    by_session_.erase(std::string(session));
+}
+
+std::size_t pin_store::sessions() const {
+    const std::lock_guard lock(m_);
+    return by_session_.size();
+}
+
+tool_digest digest_of_definition(std::string_view json_object) {
+    json::error_code ec;
+    const json::value v = json::parse(json::string_view(json_object.data(), json_object.size()), ec);
+    return digest(ec ? json::value() : v);
+}
+
+filter_result filter_server_message(std::string_view text, const filter_context& ctx,
+                                    std::string& out) {
+    filter_result r;
+    // Cheap first look: a message that cannot be a tools/list result is passed on as sent
+    // once it is known to be well-formed.
+    if (!well_formed_json(text, r.error)) {
+        r.ok = false;
+        return r;
+    }
+    if (text.find("\"tools\"") == std::string_view::npos &&
+        text.find("\\u") == std::string_view::npos) {
+        return r;
+    }
+    json::parse_options opt;
+    opt.max_depth = max_depth;
+    json::error_code ec;
+    json::value v = json::parse(json::string_view(text.data(), text.size()), ec, {}, opt);
+    if (ec) {
+        r.ok = false;
+        r.error = "not a JSON text (" + ec.message() + ")";
+        return r;
+    }
+    bool changed = false;
+    if (json::array* batch = v.if_array()) {
+        for (json::value& m : *batch) {
+            changed = filter_one(m, ctx, r) || changed;
+        }
+    } else {
+        changed = filter_one(v, ctx, r);
+    }
+    if (changed) {
+        out = json::serialize(v);
+        r.rewritten = true;
+    }
+    return r;
+}
+
+}  // namespace cordon::proxy::mcp
