@@ -150,9 +150,9 @@ private:
     struct mcp_plan {
         enum class action : std::uint8_t { forward, refuse, answer };
         action act = action::forward;
-        int status = 0;  ///< refuse: 400 or 413
+        int status = 0;                                          ///< refuse: 400 or 413
         config::deny_reason reason = config::deny_reason::none;  ///< refuse, answer
-        std::string message;                                      ///< refuse: why
+        std::string message;                                     ///< refuse: why
         std::string answer;  ///< answer: the head and the JSON-RPC errors, in the server's place
     };
     /// Parses and decides the body (tool.call records for its calls, each refused call a

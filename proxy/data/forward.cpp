@@ -19,8 +19,8 @@
 #include "config/target.hpp"
 #include "proxy/data/client_conn_impl.hpp"
 #include "proxy/data/credentials.hpp"
-#include "proxy/data/mcp_flow.hpp"
 #include "proxy/data/http_head.hpp"
+#include "proxy/data/mcp_flow.hpp"
 #include "proxy/data/response_reader.hpp"
 #include "proxy/inspect/inspector.hpp"
 
@@ -376,8 +376,9 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
     const config::job& j = *policy->source().find_job(job);
     // An MCP rule: the body read whole (bounded) and decided call by call before anything is
     // dialled (docs/mcp.md); a refused call is answered in the server's place.
-    const config::egress_rule* mcp_rule =
-        st.decision.rule != nullptr && st.decision.rule->mcp ? st.decision.rule : nullptr;
+    const config::egress_rule* mcp_rule = st.decision.rule != nullptr && st.decision.rule->mcp
+                                              ? st.decision.rule
+                                              : nullptr;
     std::string mcp_body;
     if (mcp_rule != nullptr) {
         if (wants_upgrade(req.base())) {
@@ -399,10 +400,9 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
                     co_return false;
                 }
             }
-            const whole_end we =
-                co_await read_whole_body(client_, buffer, parser, req.body(), max,
-                                         policy->source().proxy.idle_timeout, mcp_body,
-                                         fwd().window);
+            const whole_end we = co_await read_whole_body(client_, buffer, parser, req.body(), max,
+                                                          policy->source().proxy.idle_timeout,
+                                                          mcp_body, fwd().window);
             if (we != whole_end::done) {
                 const bool large = we == whole_end::too_large;
                 const std::string why =
@@ -565,8 +565,7 @@ awaitable<bool> client_conn::forward_request(const forward_exchange& x) {
     out.append(t.authority);
     out.append("\r\n\r\n");
     if (x.mcp_rule != nullptr) {
-        const std::array<net::const_buffer, 2> both = {net::buffer(out),
-                                                       net::buffer(*x.mcp_body)};
+        const std::array<net::const_buffer, 2> both = {net::buffer(out), net::buffer(*x.mcp_body)};
         upstream_.expires_after(x.ps.idle_timeout);
         auto [wec, wn] = co_await net::async_write(upstream_, both, use_nothrow);
         upstream_.expires_never();
@@ -661,6 +660,11 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
         co_return false;
     }
     const bool switching = upgrade && rp.status() == 101;
+    if (!switching) {
+        // A slot taken for an upgrade the upstream refused comes back before the client
+        // reads the answer: its next request may want it at once.
+        quota_.release_tunnel();
+    }
     if (x.mcp_rule != nullptr) {
         std::string_view why;
         const mcp_answer_mode mode = mcp_mode_of(rp, why);
@@ -708,9 +712,6 @@ awaitable<bool> client_conn::forward_response(const forward_exchange& x, bool up
             log_close(st, reason);
             co_return false;
         }
-    }
-    if (!switching) {
-        quota_.release_tunnel();  // a slot taken for an upgrade the upstream refused
     }
     if (switching) {
         // The upgraded connection becomes a tunnel, within the upload budget as a CONNECT

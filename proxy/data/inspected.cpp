@@ -279,16 +279,14 @@ awaitable<void> client_conn::serve_inspected(
 
         // An MCP rule: the body is read whole (bounded) and decided call by call before any
         // of the request goes upstream (docs/mcp.md).
-        const config::egress_rule* mcp_rule = md.effective.rule != nullptr &&
-                                                      md.effective.rule->mcp
+        const config::egress_rule* mcp_rule = md.effective.rule != nullptr && md.effective.rule->mcp
                                                   ? md.effective.rule
                                                   : nullptr;
         std::string mcp_body;
         if (mcp_rule != nullptr) {
             if (upgrade) {
                 co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method,
-                                          audit_path,
-                                          "an MCP rule carries no protocol upgrades");
+                                          audit_path, "an MCP rule carries no protocol upgrades");
                 reason = "bad_request";
                 break;
             }
@@ -544,12 +542,18 @@ awaitable<void> client_conn::serve_inspected(
                         record_mcp_changes(ch, tunnel_target_, "https");
                     },
                     redact_back);
-                const mcp_answer_io io{f.out_head,          f.window,     scratch,
-                                       ps.idle_timeout,     mcp_rule->mcp->max_body,
-                                       req.version(),       client_keep_alive,
-                                       redact_back,         sent_secret,  sent_placeholder};
-                const mcp_answer_result ar =
-                    co_await forward_mcp_answer(us, ubuf, rp, cs, mode, answer_filter, io);
+                const mcp_answer_io io{f.out_head,
+                                       f.window,
+                                       scratch,
+                                       ps.idle_timeout,
+                                       mcp_rule->mcp->max_body,
+                                       req.version(),
+                                       client_keep_alive,
+                                       redact_back,
+                                       sent_secret,
+                                       sent_placeholder};
+                const mcp_answer_result ar = co_await forward_mcp_answer(us, ubuf, rp, cs, mode,
+                                                                         answer_filter, io);
                 if (ar.refused_before_head) {
                     http_note n{req_method, audit_path, 502};
                     n.bytes_up = up.written;
@@ -567,7 +571,7 @@ awaitable<void> client_conn::serve_inspected(
                 n.bytes_down = ar.written;
                 n.message = ar.end == pump_end::done ? std::string_view()
                             : !ar.error.empty()      ? std::string_view(ar.error)
-                                                     : std::string_view("response not forwarded whole");
+                                                : std::string_view("response not forwarded whole");
                 write_http_request(n);
                 if (ar.end != pump_end::done) {
                     reason = ar.end == pump_end::refused ? "upstream_error" : "error";

@@ -116,10 +116,10 @@ void mcp_answer_filter::finish(std::string& out) {
     redact_->finish(out);
 }
 
-client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule,
-                                             const config::job& j, std::string_view http_method,
-                                             std::string_view body, bool has_body,
-                                             std::string_view target, std::string_view denial_kind) {
+client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule, const config::job& j,
+                                             std::string_view http_method, std::string_view body,
+                                             bool has_body, std::string_view target,
+                                             std::string_view denial_kind) {
     mcp_plan plan;
     if (!has_body) {
         return plan;  // GET (an event stream), DELETE (the MCP session's end): no calls
@@ -194,8 +194,8 @@ client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule,
         }
         sink_.write(std::move(r));
         if (v.reason != deny_reason::none) {
-            rt_.denied(control::denial{job, session, config::to_string(v.reason), target,
-                                       denial_kind});
+            rt_.denied(
+                control::denial{job, session, config::to_string(v.reason), target, denial_kind});
         }
     }
     if (first != deny_reason::none) {
@@ -207,9 +207,8 @@ client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule,
     return plan;
 }
 
-awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x,
-                                                  response_reader& rp, mcp_answer_mode mode,
-                                                  bool client_keep_alive) {
+awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x, response_reader& rp,
+                                                  mcp_answer_mode mode, bool client_keep_alive) {
     request_state& st = x.st;
     forward_state& fs = fwd();
     const std::size_t max = x.mcp_rule->mcp->max_body;
@@ -223,12 +222,18 @@ awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x,
         },
         nullptr);
     std::string scratch;
-    const mcp_answer_io io{fs.out_head,       fs.window, scratch,
-                           x.ps.idle_timeout, max,       x.parser.get().version(),
-                           client_keep_alive, nullptr,   {},
+    const mcp_answer_io io{fs.out_head,
+                           fs.window,
+                           scratch,
+                           x.ps.idle_timeout,
+                           max,
+                           x.parser.get().version(),
+                           client_keep_alive,
+                           nullptr,
+                           {},
                            {}};
-    const mcp_answer_result ar =
-        co_await forward_mcp_answer(upstream_, upstream_buffer_, rp, client_, mode, filter, io);
+    const mcp_answer_result ar = co_await forward_mcp_answer(upstream_, upstream_buffer_, rp,
+                                                             client_, mode, filter, io);
     if (ar.refused_before_head) {
         if (closed_by_.empty()) {
             co_await error_reply(st, 502, ar.error);
@@ -238,7 +243,7 @@ awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x,
     }
     st.log.bytes_down += ar.written;
     if (ar.end != pump_end::done) {
-        log_close(st, !closed_by_.empty()                ? std::string_view(closed_by_)
+        log_close(st, !closed_by_.empty()               ? std::string_view(closed_by_)
                       : ar.end == pump_end::write_error ? std::string_view("client_error")
                                                         : std::string_view("upstream_error"));
         co_return false;
@@ -250,7 +255,7 @@ awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x,
         address.reset();
     }
     log_close(st, ar.keep ? "done" : "eof");
-    co_return ar.keep && closed_by_.empty();
+    co_return ar.keep&& closed_by_.empty();
 }
 
 void client_conn::record_mcp_changes(const std::vector<mcp::change>& changes,

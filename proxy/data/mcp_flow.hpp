@@ -153,8 +153,8 @@ awaitable<mcp_answer_result> forward_mcp_answer(From& from, beast::flat_buffer& 
     std::string& out = io.out;
     std::string body;
     if (mode == mcp_answer_mode::json) {
-        const whole_end e = co_await read_whole_body(from, fb, rp, rp.body, io.max_message,
-                                                     io.idle, body, io.window);
+        const whole_end e = co_await read_whole_body(from, fb, rp, rp.body, io.max_message, io.idle,
+                                                     body, io.window);
         if (e != whole_end::done) {
             r.refused_before_head = true;
             r.error = e == whole_end::too_large
@@ -174,8 +174,7 @@ awaitable<mcp_answer_result> forward_mcp_answer(From& from, beast::flat_buffer& 
         }
     }
     const bool chunked = mode == mcp_answer_mode::events && io.client_version >= 11;
-    r.keep = io.client_keep_alive && rp.keep_alive() &&
-             (mode == mcp_answer_mode::json || chunked);
+    r.keep = io.client_keep_alive && rp.keep_alive() && (mode == mcp_answer_mode::json || chunked);
     out.clear();
     out.append(rp.status_line());
     field_filter f;

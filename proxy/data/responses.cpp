@@ -70,8 +70,7 @@ std::string_view explain(config::deny_reason r) {
                    "placeholder";
         case deny_reason::secret_leak:
             return "the request carries a real credential that only cordon may send";
-        case deny_reason::mcp_tool:
-            return "this job card's MCP rule does not allow this tool";
+        case deny_reason::mcp_tool: return "this job card's MCP rule does not allow this tool";
         case deny_reason::mcp_tool_changed:
             return "the MCP server changed this tool's definition within the session";
     }

@@ -171,8 +171,8 @@ bool parse_message(const json::value& v, const std::string& raw_id, message& m,
     const json::value* method = o->if_contains("method");
     if (method == nullptr) {
         // A response to a request of the server's (sampling, elicitation): passed on.
-        if (id == nullptr || (o->if_contains("result") == nullptr) ==
-                                 (o->if_contains("error") == nullptr)) {
+        if (id == nullptr ||
+            (o->if_contains("result") == nullptr) == (o->if_contains("error") == nullptr)) {
             error = "a JSON-RPC message is a request (\"method\") or a response (an \"id\" and "
                     "one of \"result\" and \"error\")";
             return false;
@@ -278,8 +278,8 @@ std::string error_object(std::string_view id, config::deny_reason reason, std::s
         text = "cordon did not forward this request: its batch holds a tool call that job '" +
                std::string(job) + "' does not allow";
     } else {
-        text = "cordon refused the tool call '" + std::string(tool) + "': " +
-               std::string(reason_message(reason)) + " (job '" + std::string(job) + "')";
+        text = "cordon refused the tool call '" + std::string(tool) +
+               "': " + std::string(reason_message(reason)) + " (job '" + std::string(job) + "')";
     }
     common::append_json_string(out, text);
     out.append(R"(,"data":{"reason":)");

@@ -52,7 +52,7 @@ bool well_formed_json(std::string_view text, std::string& error);
 
 /// How a tools/call is decided: the tool named, against the rule and the session's pins.
 struct call_verdict {
-    config::deny_reason reason = config::deny_reason::none;  ///< none: forwarded
+    config::deny_reason reason = config::deny_reason::none;      ///< none: forwarded
     config::deny_reason would_deny = config::deny_reason::none;  ///< report mode: let through
 };
 

@@ -25,6 +25,16 @@ bool sse_filter::feed(std::string_view chunk, std::string& out) {
         if (skip_lf_) {
             skip_lf_ = false;
             if (c == '\n') {
+                if (scanned_ == 0) {
+                    // The LF of the CRLF that ended the last event, read after it went: it
+                    // belongs to that event, as it would have had it come in one read (a
+                    // rewritten event ended with its own line break).
+                    if (!last_rewritten_) {
+                        out.push_back('\n');
+                    }
+                    pending_.erase(0, 1);
+                    continue;
+                }
                 ++scanned_;
                 line_ = scanned_;
                 continue;
@@ -127,6 +137,7 @@ bool sse_filter::event_done(std::string& out) {
         out.insert(out_before, "\xEF\xBB\xBF");
     }
     skip_ = 0;
+    last_rewritten_ = v == verdict::rewrite;
     pending_.erase(0, end);
     scanned_ -= end;
     line_ = scanned_;

@@ -46,6 +46,7 @@ private:
     std::size_t skip_ = 0;     // the byte order mark's length, until the first event ends
     std::string data_;         // the event's data, lines joined by LF
     bool has_data_ = false;
+    bool last_rewritten_ = false;  // the last event went out rewritten
     bool failed_ = false;
     std::string error_;
     std::size_t events_ = 0;

@@ -176,7 +176,8 @@ std::size_t pin_store::sessions() const {
 
 tool_digest digest_of_definition(std::string_view json_object) {
     json::error_code ec;
-    const json::value v = json::parse(json::string_view(json_object.data(), json_object.size()), ec);
+    const json::value v = json::parse(json::string_view(json_object.data(), json_object.size()),
+                                      ec);
     return digest(ec ? json::value() : v);
 }
 

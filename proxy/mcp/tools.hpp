@@ -31,11 +31,11 @@ public:
     explicit pin_store(std::size_t max_per_session = 4096) : max_per_session_(max_per_session) {}
 
     enum class pin : std::uint8_t {
-        first,    ///< not seen before in this session: pinned now
-        same,     ///< as pinned
+        first,        ///< not seen before in this session: pinned now
+        same,         ///< as pinned
         changed,      ///< differs from the pin: it broke now
         was_changed,  ///< broke earlier in the session (a pin that changed stays changed)
-        full,     ///< the session has max_per_session pins: refused as changed
+        full,         ///< the session has max_per_session pins: refused as changed
     };
     pin observe(std::string_view session, std::string_view server, std::string_view tool,
                 const tool_digest& d);
@@ -75,9 +75,9 @@ struct filter_context {
 
 /// What became of one message.
 struct filter_result {
-    bool ok = true;           ///< false: not JSON cordon can read (`error` says why)
-    bool rewritten = false;   ///< `out` holds the message to pass on instead
-    std::size_t removed = 0;  ///< tools taken out of a tools/list result
+    bool ok = true;               ///< false: not JSON cordon can read (`error` says why)
+    bool rewritten = false;       ///< `out` holds the message to pass on instead
+    std::size_t removed = 0;      ///< tools taken out of a tools/list result
     std::vector<change> changes;  ///< pins that broke with this message
     std::string error;
 };

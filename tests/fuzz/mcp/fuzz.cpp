@@ -1,0 +1,138 @@
+// Fuzzes MCP's readers of hostile bytes (proxy/mcp/): the first byte picks one.
+//   0: a client's POST body (parse_request_body). Checked: every tools/call parsed names a
+//      tool; its id, when present, is JSON text that parses back; refusal_answer is JSON.
+//   1: a server's message (filter_server_message) against the rule `tools: [search]`.
+//      Checked: a rewritten message is JSON and lists no tool but search in any tools array.
+//   2: an event stream (sse_filter), its bytes fed whole and then cut at a point the next two
+//      bytes pick. Checked: the output is the same however the stream is cut, and every
+//      event's data that reached the handler was passed or rewritten, never partly.
+// Any violation traps.
+#include <boost/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "proxy/mcp/jsonrpc.hpp"
+#include "proxy/mcp/sse.hpp"
+#include "proxy/mcp/tools.hpp"
+
+namespace {
+
+namespace json = boost::json;
+using namespace cordon::proxy::mcp;
+
+void check(bool ok, const char* what) {
+    if (!ok) {
+        std::fprintf(stderr, "invariant violated: %s\n", what);
+        __builtin_trap();
+    }
+}
+
+bool parses(std::string_view text) {
+    json::error_code ec;
+    json::parse(json::string_view(text.data(), text.size()), ec);
+    return !ec;
+}
+
+// No tools array anywhere lists a tool other than search.
+bool only_search(const json::value& v) {
+    if (const json::object* o = v.if_object()) {
+        if (const json::value* r = o->if_contains("result"); r != nullptr && r->is_object()) {
+            if (const json::value* t = r->get_object().if_contains("tools");
+                t != nullptr && t->is_array()) {
+                for (const json::value& tool : t->get_array()) {
+                    const json::value* n = tool.is_object() ? tool.get_object().if_contains("name")
+                                                            : nullptr;
+                    if (n == nullptr || !n->is_string() || n->get_string() != "search") {
+                        return false;
+                    }
+                }
+            }
+        }
+    } else if (const json::array* a = v.if_array()) {
+        for (const json::value& m : *a) {
+            if (!only_search(m)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+cordon::config::mcp_spec spec() {
+    cordon::config::mcp_spec s;
+    s.tools = {"search"};
+    return s;
+}
+
+std::string run_events(std::string_view in, std::size_t cut) {
+    const cordon::config::mcp_spec s = spec();
+    const filter_context ctx{s, false, nullptr, "", ""};
+    sse_filter f(4096, [&](std::string_view data, std::string& replacement) {
+        const filter_result r = filter_server_message(data, ctx, replacement);
+        if (!r.ok) {
+            return sse_filter::verdict::refuse;
+        }
+        return r.rewritten ? sse_filter::verdict::rewrite : sse_filter::verdict::pass;
+    });
+    std::string out;
+    if (f.feed(in.substr(0, cut), out)) {
+        f.feed(in.substr(cut), out);
+    }
+    f.finish(out);
+    return out + (f.failed() ? "\n<failed>" : "");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size < 1 || size > 64 * 1024) {
+        return 0;
+    }
+    const std::uint8_t mode = data[0] % 3;
+    std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
+    if (mode == 0) {
+        request_body body;
+        std::string error;
+        if (parse_request_body(in, body, error)) {
+            check(!body.messages.empty(), "a parsed body has a message");
+            std::vector<call_verdict> verdicts(body.messages.size());
+            for (std::size_t i = 0; i < body.messages.size(); ++i) {
+                const message& m = body.messages[i];
+                check(!m.is_call() || !m.tool.empty(), "a call names its tool");
+                check(!m.has_id() || parses(m.id), "an id is JSON text");
+                check(m.arguments.empty() || parses(m.arguments), "arguments are JSON text");
+                verdicts[i].reason = cordon::config::deny_reason::mcp_tool;
+            }
+            check(parses(refusal_answer(body, verdicts, "job")), "the refusal is JSON");
+        } else {
+            check(!error.empty(), "a refusal says why");
+        }
+    } else if (mode == 1) {
+        const cordon::config::mcp_spec s = spec();
+        pin_store pins(8);
+        const filter_context ctx{s, false, &pins, "session", "server"};
+        std::string out;
+        const filter_result r = filter_server_message(in, ctx, out);
+        if (r.rewritten) {
+            json::error_code ec;
+            const json::value v = json::parse(out, ec);
+            check(!ec, "a rewritten message is JSON");
+            check(only_search(v), "a rewritten message lists only allowed tools");
+        }
+    } else {
+        if (in.size() < 2) {
+            return 0;
+        }
+        const std::size_t cut = (static_cast<std::size_t>(static_cast<std::uint8_t>(in[0])) << 8 |
+                                 static_cast<std::uint8_t>(in[1])) %
+                                (in.size() - 1);
+        in.remove_prefix(2);
+        const std::string whole = run_events(in, in.size());
+        check(whole == run_events(in, std::min(cut, in.size())), "cut anywhere, the same stream");
+    }
+    return 0;
+}

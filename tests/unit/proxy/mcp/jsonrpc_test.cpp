@@ -1,0 +1,211 @@
+#include "proxy/mcp/jsonrpc.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json.hpp>
+
+#include <string>
+
+using namespace cordon::proxy::mcp;
+using cordon::config::deny_reason;
+
+namespace {
+
+request_body parsed(std::string_view body) {
+    request_body b;
+    std::string error;
+    INFO(body);
+    REQUIRE(parse_request_body(body, b, error));
+    CHECK(error.empty());
+    return b;
+}
+
+std::string refused(std::string_view body) {
+    request_body b;
+    std::string error;
+    INFO(body);
+    CHECK_FALSE(parse_request_body(body, b, error));
+    CHECK_FALSE(error.empty());
+    return error;
+}
+
+cordon::config::mcp_spec spec(std::initializer_list<const char*> tools) {
+    cordon::config::mcp_spec s;
+    for (const char* t : tools) {
+        s.tools.emplace_back(t);
+    }
+    std::sort(s.tools.begin(), s.tools.end());
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("mcp jsonrpc: a call, its tool and arguments", "[mcp]") {
+    const request_body b = parsed(
+        R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"search","arguments":{"q":"x","n":[1,2]}}})");
+    REQUIRE(b.messages.size() == 1);
+    CHECK_FALSE(b.batch);
+    const message& m = b.messages[0];
+    CHECK(m.is_call());
+    CHECK(m.id == "7");
+    CHECK(m.tool == "search");
+    CHECK(m.arguments == R"({"q":"x","n":[1,2]})");
+
+    const request_body n = parsed(R"({"jsonrpc":"2.0","method":"notifications/initialized"})");
+    CHECK_FALSE(n.messages[0].has_id());
+    CHECK_FALSE(n.messages[0].is_call());
+    // A response to a server's request (sampling) is a message too.
+    const request_body r = parsed(R"({"jsonrpc":"2.0","id":"s1","result":{}})");
+    CHECK(r.messages[0].method.empty());
+    CHECK(r.messages[0].id == R"("s1")");
+}
+
+TEST_CASE("mcp jsonrpc: ids come back exactly as sent", "[mcp]") {
+    const auto id_of = [](std::string_view id) {
+        const std::string body = std::string(R"({"jsonrpc":"2.0","method":"ping","id":)") +
+                                 std::string(id) + "}";
+        return parsed(body).messages.at(0).id;
+    };
+    CHECK(id_of("0") == "0");
+    CHECK(id_of("-3") == "-3");
+    CHECK(id_of("1.50") == "1.50");  // not 1.5E0: the client matches what it sent
+    CHECK(id_of("1e2") == "1e2");
+    CHECK(id_of("18446744073709551615") == "18446744073709551615");
+    CHECK(id_of("123456789012345678901234567890") == "123456789012345678901234567890");
+    CHECK(id_of("null") == "null");
+    CHECK(id_of(R"("")") == R"("")");
+    CHECK(boost::json::parse(id_of(R"("a\"b\\c\u2028")")) == "a\"b\\c\u2028");
+    // In a batch, each message its own.
+    const request_body b = parsed(
+        R"([{"jsonrpc":"2.0","id":1.0,"method":"ping"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":-0,"method":"ping"}])");
+    REQUIRE(b.messages.size() == 3);
+    CHECK(b.batch);
+    CHECK(b.messages[0].id == "1.0");
+    CHECK(b.messages[1].id.empty());
+    CHECK(b.messages[2].id == "-0");
+}
+
+TEST_CASE("mcp jsonrpc: what a server could read differently is refused", "[mcp]") {
+    // Duplicate members, at every depth, however spelled.
+    CHECK(
+        refused(
+            R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","name":"delete"}})")
+            .find("twice") != std::string::npos);
+    refused(R"({"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"})");
+    refused(
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","na\u006de":"b"}})");
+    refused(
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":1,"x":2}}})");
+    refused(R"([{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}])");
+    // Not one JSON text; not UTF-8; too deep.
+    refused(R"({"jsonrpc":"2.0","method":"ping"} {"jsonrpc":"2.0","method":"tools/call"})");
+    refused("{\"jsonrpc\":\"2.0\",\"method\":\"p\xff\"}");
+    refused(R"({"jsonrpc":"2.0","method":"ping"})" + std::string(1, '\0'));
+    refused(
+        std::string(R"({"jsonrpc":"2.0","method":"tools/call","params":{"name":"a","arguments":)") +
+        std::string(70, '[') + std::string(70, ']') + "}}");
+}
+
+TEST_CASE("mcp jsonrpc: not JSON-RPC 2.0", "[mcp]") {
+    refused("");
+    refused("42");
+    refused(R"("tools/call")");
+    refused("[]");
+    refused("[1]");
+    refused(R"({"method":"tools/call","params":{"name":"x"}})");
+    refused(R"({"jsonrpc":"1.0","method":"ping"})");
+    refused(R"({"jsonrpc":2.0,"method":"ping"})");
+    refused(R"({"jsonrpc":"2.0","method":7})");
+    refused(R"({"jsonrpc":"2.0","method":""})");
+    refused(R"({"jsonrpc":"2.0","id":{},"method":"ping"})");
+    refused(R"({"jsonrpc":"2.0","id":[1],"method":"ping"})");
+    refused(R"({"jsonrpc":"2.0","method":"ping","params":"x"})");
+    refused(R"({"jsonrpc":"2.0","id":1})");                        // neither
+    refused(R"({"jsonrpc":"2.0","id":1,"result":1,"error":{}})");  // both
+    refused(R"({"jsonrpc":"2.0","result":1})");                    // a response with no id
+    // A call names its tool.
+    refused(R"({"jsonrpc":"2.0","id":1,"method":"tools/call"})");
+    refused(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":[]})");
+    refused(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":""}})");
+    refused(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["search"]}})");
+    refused(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":")" +
+            std::string(129, 'a') + "\"}}");
+    // A batch is bounded.
+    std::string big = "[";
+    for (std::size_t i = 0; i <= max_batch; ++i) {
+        big += std::string(i ? "," : "") + R"({"jsonrpc":"2.0","method":"n"})";
+    }
+    CHECK(refused(big + "]").find("batch") != std::string::npos);
+    CHECK(refused(R"([{"jsonrpc":"2.0","method":"n"},3])").starts_with("message 2 of the batch"));
+}
+
+TEST_CASE("mcp jsonrpc: calls judged on the tool and the pins", "[mcp]") {
+    const auto s = spec({"search", "fetch_page"});
+    message m;
+    m.method = "tools/call";
+    m.tool = "search";
+    const auto never = [](std::string_view) { return false; };
+    const auto always = [](std::string_view) { return true; };
+    CHECK(judge_call(m, s, false, never).reason == deny_reason::none);
+    CHECK(judge_call(m, s, false, always).reason == deny_reason::mcp_tool_changed);
+    m.tool = "Search";  // exact names
+    CHECK(judge_call(m, s, false, never).reason == deny_reason::mcp_tool);
+    m.tool = "delete_repo";
+    CHECK(judge_call(m, s, false, never).reason == deny_reason::mcp_tool);
+    // Report mode lets it through and says what enforce would do.
+    const call_verdict v = judge_call(m, s, true, never);
+    CHECK(v.reason == deny_reason::none);
+    CHECK(v.would_deny == deny_reason::mcp_tool);
+    CHECK(judge_call(m, spec({}), false, never).reason == deny_reason::mcp_tool);
+}
+
+TEST_CASE("mcp jsonrpc: cordon's answers are JSON-RPC errors for the ids sent", "[mcp]") {
+    namespace json = boost::json;
+    const json::value one = json::parse(
+        error_object("\"a\\\"b\"", deny_reason::mcp_tool, "delete_repo", "agent"));
+    CHECK(one.at("jsonrpc") == "2.0");
+    CHECK(one.at("id") == "a\"b");
+    CHECK(one.at("error").at("code") == -32001);
+    CHECK(one.at("error").at("data").at("reason") == "mcp_tool");
+    CHECK(one.at("error").at("data").at("tool") == "delete_repo");
+    CHECK(std::string(one.at("error").at("message").as_string()).find("delete_repo") !=
+          std::string::npos);
+    CHECK(json::parse(error_object("", deny_reason::mcp_tool, "x", "j")).at("id").is_null());
+
+    const request_body b = parsed(
+        R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"}},)"
+        R"({"jsonrpc":"2.0","method":"notifications/x"},)"
+        R"({"jsonrpc":"2.0","id":"r","result":{}},)"
+        R"({"jsonrpc":"2.0","id":2.5,"method":"tools/call","params":{"name":"delete_repo"}}])");
+    std::vector<call_verdict> v(4);
+    v[3].reason = deny_reason::mcp_tool;
+    const json::value all = json::parse(refusal_answer(b, v, "agent"));
+    REQUIRE(all.as_array().size() == 2);  // no answer to a notification or a response
+    CHECK(all.at(0).at("id") == 1);
+    CHECK(all.at(0).at("error").at("data").at("reason") == "mcp_batch");
+    CHECK(all.at(1).at("id") == 2.5);
+    CHECK(all.at(1).at("error").at("data").at("reason") == "mcp_tool");
+    CHECK(refusal_answer(b, v, "agent").find("2.5") != std::string::npos);
+
+    const std::string head = refusal_head(deny_reason::mcp_tool_changed, 42);
+    CHECK(head.starts_with("HTTP/1.1 200 OK\r\n"));
+    CHECK(head.find("X-Cordon-Deny: mcp_tool_changed\r\n") != std::string::npos);
+    CHECK(head.find("Content-Length: 42\r\n") != std::string::npos);
+    CHECK(head.ends_with("\r\n\r\n"));
+}
+
+TEST_CASE("mcp jsonrpc: media types", "[mcp]") {
+    CHECK(is_json_type("application/json"));
+    CHECK(is_json_type(" Application/JSON ; charset=utf-8"));
+    CHECK(is_json_type("application/vnd.api+json"));
+    CHECK_FALSE(is_json_type("text/json-ish"));
+    CHECK_FALSE(is_json_type("application/jsonx"));
+    CHECK_FALSE(is_json_type(""));
+    CHECK(is_event_stream_type("text/event-stream"));
+    CHECK(is_event_stream_type("TEXT/Event-Stream; charset=utf-8"));
+    CHECK_FALSE(is_event_stream_type("text/event-streams"));
+    std::string error;
+    CHECK(well_formed_json(R"({"a":{"a":1},"b":[{"a":1},{"a":2}]})", error));
+    CHECK_FALSE(well_formed_json(R"({"a":1,"b":{"c":1,"c":1}})", error));
+    CHECK(error.find("twice") != std::string::npos);
+}
