@@ -355,7 +355,7 @@ class AlertFilesTest(unittest.TestCase):
     REQUIRED = {"CordonEgressDenied", "CordonDenialBurst", "CordonKillSwitchEngaged",
                 "CordonAuditWriteErrors", "CordonAuditRecordsDropped", "CordonConfigReloadFailed",
                 "CordonDown",
-                "CordonTargetMissing"}
+                "CordonTargetMissing", "CordonMcpToolChanged"}
 
     def test_rules_have_severity_summary_description(self):
         rules = alert_rules()
