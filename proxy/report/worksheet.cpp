@@ -101,11 +101,54 @@ section job_card(const config::job& j) {
     return s;
 }
 
+bool has_mcp(const config::job& j) {
+    return std::any_of(j.egress.begin(), j.egress.end(), [](const auto& r) { return r.mcp; });
+}
+
+// The MCP servers of a job (its rules with `mcp`): what cordon decides in their traffic.
+check mcp_check(const config::job& j) {
+    strings servers;
+    for (const auto& r : j.egress) {
+        if (r.mcp) {
+            servers.push_back(
+                r.describe() + " (tools: " +
+                (r.mcp->tools.empty() ? std::string("none") : join(r.mcp->tools, ", ")) +
+                "; messages up to " + bytes_text(r.mcp->max_body) + ")");
+        }
+    }
+    const bool enforce = j.mode == config::job_mode::enforce;
+    std::string why = "cordon reads the JSON-RPC messages to and from " + join(servers, ", ") +
+                      " on the wire; ";
+    if (enforce) {
+        why += "a tools/call of a tool not listed is refused (answered with a JSON-RPC error in "
+               "the server's place, never forwarded: mcp_tool); tools/list answers are "
+               "filtered to the listed tools; each tool's definition is pinned per session, "
+               "and a tool whose definition changes is refused from then on "
+               "(mcp_tool_changed, an mcp.tool_changed record and an alert); every call is "
+               "recorded as tool.call with via mcp (server, tool, id, redacted arguments, "
+               "the reason when refused)";
+    } else {
+        why = "NOT ENFORCED: mode report forwards every tool call and passes tools/list "
+              "unfiltered; " +
+              why +
+              "each call is recorded as tool.call with via mcp, and one enforce mode would "
+              "refuse carries would_deny (mcp_tool, or mcp_tool_changed for a tool whose "
+              "definition changed within the session)";
+    }
+    return tick("mcp_tools", "MCP tool calls decided and recorded by cordon", enforce, why);
+}
+
 section egress(const config::policy& p, const config::job& j) {
     section s{"egress", "2. Egress allowlist", {}, {}, {}};
     table t{{"target", "ports", "protocol", "methods", "resolves_to"},
             {"Host / CIDR", "Ports", "Protocol", "Methods", "May resolve to (non-public)"},
             {}};
+    // MCP rules: a column of their allowed tools, only for a job that has one.
+    const bool mcp = has_mcp(j);
+    if (mcp) {
+        t.keys.emplace_back("mcp_tools");
+        t.headers.emplace_back("MCP tools allowed");
+    }
     for (const auto& r : j.egress) {
         strings ports;
         for (const auto port : r.ports) {
@@ -121,6 +164,9 @@ section egress(const config::policy& p, const config::job& j) {
                                                                 : value{r.methods};
         t.rows.push_back(
             {target, ports, std::string(config::to_string(r.proto)), methods, resolves});
+        if (mcp) {
+            t.rows.back().push_back(r.mcp ? value{r.mcp->tools} : value{});
+        }
     }
     s.rows = std::move(t);
     const bool enforce = j.mode == config::job_mode::enforce;
@@ -149,8 +195,12 @@ section egress(const config::policy& p, const config::job& j) {
                             "Non-public addresses refused unless resolves_to names them", true,
                             private_address_why(j)));
     s.checks.push_back(tick("denials_counted", "Denied attempts audited and counted", true,
-                            "conn.deny and dns.deny in the audit log; "
-                            "cordon_denied_total{job,reason} on /metrics"));
+                            std::string("conn.deny and dns.deny in the audit log") +
+                                (mcp ? " (refused tool calls: tool.call with their reason)" : "") +
+                                "; cordon_denied_total{job,reason} on /metrics"));
+    if (mcp) {
+        s.checks.push_back(mcp_check(j));
+    }
     strings rules;
     for (const auto& r : denial_alert_rules()) {
         rules.push_back(r.name + " (" + r.severity + "): " + r.what);
@@ -353,6 +403,11 @@ section audit(const config::policy& p, const config::job& j,
                    "session.create, token.mint, token.revoke",
                    "kill.session, kill.network, revive, config.reload",
                    "tool.call, file.write, identity.mint, identity.revoke (from cordon run)"};
+    if (has_mcp(j)) {
+        logged.push_back("tool.call with via mcp (each tools/call on an MCP rule: server, tool, "
+                         "JSON-RPC id, redacted arguments, the reason when refused), "
+                         "mcp.tool_changed");
+    }
     if (j.mode == config::job_mode::report) {
         logged.push_back("would_deny on conn.open and dns.query: what enforce mode would refuse");
     }

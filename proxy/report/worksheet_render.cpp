@@ -108,8 +108,10 @@ json::value json_value(const value& v) {
     return nullptr;
 }
 
-// Columns shown as code: what an operator copies (a host, a command).
-bool code_column(std::string_view key) { return key == "target" || key == "command"; }
+// Columns shown as code: what an operator copies (a host, a command, a tool name).
+bool code_column(std::string_view key) {
+    return key == "target" || key == "command" || key == "mcp_tools";
+}
 
 // Lists that read best as code: paths, hosts, commands, names.
 bool code_fact(std::string_view key) {

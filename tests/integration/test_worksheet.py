@@ -6,7 +6,8 @@ Run: CORDON_BIN=build/cordon python3 -m unittest -v test_worksheet   (from tests
 The Markdown is converted to HTML by a real Markdown tool, Debian's cmark-gfm (GitHub
 Flavored Markdown: tables and task lists), and the HTML is checked: the title, the six
 section headings in order, the egress table (one row per rule) and the kill switch table,
-and the checkboxes.
+and the checkboxes; for a job with MCP rules, the column of their tools and the box that says
+what cordon decides on their tool calls.
 """
 
 import html.parser
@@ -217,7 +218,13 @@ class RunningWorksheetTest(unittest.TestCase):
                 "  learner:\n"
                 "    task: learn its allowlist\n"
                 "    mode: report\n"
-                "    egress: []\n")
+                "    egress: []\n"
+                "  tooler:\n"
+                "    task: search through one MCP server\n"
+                "    egress:\n"
+                "      - { host: api.example.com, ports: [443] }\n"
+                "      - { host: mcp.test, ports: [8080], protocol: http,\n"
+                "          mcp: { tools: [search, fetch_page], max_body: 64KiB } }\n")
         cls.cordon = H.Cordon(jobs, cls.dns.port)
         # A webhook whose path and query are secrets: the worksheet shows the origin only.
         cls.cordon.write_policy(raw_text=cls.cordon.policy_text(jobs) +
@@ -284,6 +291,43 @@ class RunningWorksheetTest(unittest.TestCase):
             self.assertIn(b"http://127.0.0.1:9", raw)
         js = self.worksheet_json()
         self.assertTrue(js["sections"]["egress"]["checks"]["webhook"]["ticked"])
+
+    def test_mcp_servers_and_their_tools(self):
+        # The Markdown, through cmark-gfm: the egress table has a column of each MCP rule's
+        # tools, and the box says what cordon does with its tool calls.
+        status, _, raw = self.get("/v1/jobs/tooler/worksheet?format=md")
+        self.assertEqual(status, 200, raw)
+        page, out = to_html(raw.decode())
+        self.assertEqual([t for level, t in page.headings if level == 2], SECTIONS, out)
+        egress = [t for t in page.tables if t["head"][:len(EGRESS_HEADERS)] == EGRESS_HEADERS]
+        self.assertEqual(len(egress), 1, out)
+        self.assertEqual(egress[0]["head"], EGRESS_HEADERS + ["MCP tools allowed"], out)
+        self.assertEqual([(row[0], row[2], row[-1]) for row in egress[0]["rows"]],
+                         [("api.example.com", "tls", "-"),
+                          ("mcp.test", "http", "fetch_page, search")], out)
+        self.assertIn("- [x] **MCP tool calls decided and recorded by cordon**: cordon reads "
+                      "the JSON-RPC messages to and from mcp.test:8080/http (tools: "
+                      "fetch\\_page, search; messages up to 64KiB) on the wire", raw.decode())
+        # JSON: the same, for programs.
+        js = self.worksheet_json("tooler")
+        egress = js["sections"]["egress"]
+        self.assertEqual([r["mcp_tools"] for r in egress["table"]],
+                         [None, ["fetch_page", "search"]])
+        box = egress["checks"]["mcp_tools"]
+        self.assertTrue(box["ticked"])
+        for what in ("a tools/call of a tool not listed is refused",
+                     "tools/list answers are filtered to the listed tools",
+                     "pinned per session", "mcp_tool_changed", "tool.call with via mcp"):
+            self.assertIn(what, box["why"])
+        self.assertTrue(any(x.startswith("tool.call with via mcp")
+                            for x in js["sections"]["audit"]["facts"]["logged"]))
+        # A job without an MCP rule: nothing new, in either form.
+        js = self.worksheet_json("agent")
+        self.assertNotIn("mcp_tools", js["sections"]["egress"]["checks"])
+        self.assertTrue(all("mcp_tools" not in r for r in js["sections"]["egress"]["table"]))
+        _, _, raw = self.get("/v1/jobs/agent/worksheet?format=md")
+        self.assertNotIn(b"MCP", raw)
+        self.assertNotIn(b"mcp", raw)
 
     def test_report_job_first_line(self):
         _, _, raw = self.get("/v1/jobs/learner/worksheet?format=md")

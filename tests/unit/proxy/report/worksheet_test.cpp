@@ -5,6 +5,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "common/time.hpp"
@@ -367,4 +368,96 @@ jobs:
     CHECK_THAT(c.why, Catch::Contains("openai on api.openai.com:443/https (Authorization)"));
     const model m2 = build(p, p.jobs[1], std::nullopt, at);
     CHECK_FALSE(find_check(m2, "identity", "no_key_in_sandbox").ticked);
+}
+
+TEST_CASE("worksheet: MCP servers, their tools, and what cordon decides on them", "[worksheet]") {
+    const config::policy p = load_text(R"(listen: { proxy: 127.0.0.1:3128 }
+inspect: { ca: { cert: /etc/cordon/ca/ca.pem, key: /etc/cordon/ca/ca.key } }
+jobs:
+  tooler:
+    task: t
+    egress:
+      - { host: api.example.com, ports: [443] }
+      - host: mcp.example.com
+        ports: [443]
+        protocol: https
+        mcp: { tools: [search, fetch_page] }
+      - host: tools.internal.test
+        ports: [8080, 8081]
+        protocol: http
+        mcp: { tools: [], max_body: 64KiB }
+  watcher:
+    task: t
+    mode: report
+    egress:
+      - { host: mcp.example.com, ports: [80], protocol: http, mcp: { tools: [search] } }
+  plain:
+    task: t
+    egress:
+      - { host: api.example.com, ports: [443] }
+)");
+    const model m = build(p, *p.find_job("tooler"), std::nullopt, at);
+    const table& t = *find_section(m, "egress").rows;
+    REQUIRE(t.keys.back() == "mcp_tools");
+    CHECK(t.headers.back() == "MCP tools allowed");
+    REQUIRE(t.rows.size() == 3);
+    CHECK(std::holds_alternative<std::monostate>(t.rows[0].back()));  // not an MCP rule
+    CHECK(std::get<std::vector<std::string>>(t.rows[1].back()) ==
+          std::vector<std::string>{"fetch_page", "search"});  // as the policy keeps them
+    CHECK(std::get<std::vector<std::string>>(t.rows[2].back()).empty());
+    const check& c = find_check(m, "egress", "mcp_tools");
+    CHECK(c.ticked);
+    CHECK_THAT(c.why, Catch::Contains("mcp.example.com:443/https (tools: fetch_page, search; "
+                                      "messages up to 1MiB), tools.internal.test:8080,8081/http "
+                                      "(tools: none; messages up to 64KiB)"));
+    CHECK_THAT(c.why, Catch::Contains("a tools/call of a tool not listed is refused"));
+    CHECK_THAT(c.why, Catch::Contains("tools/list answers are filtered to the listed tools"));
+    CHECK_THAT(c.why, Catch::Contains("pinned per session"));
+    CHECK_THAT(c.why, Catch::Contains("tool.call with via mcp"));
+    CHECK_THAT(find_check(m, "egress", "denials_counted").why,
+               Catch::Contains("refused tool calls: tool.call with their reason"));
+    const auto& logged = std::get<std::vector<std::string>>(find_fact(m, "audit", "logged").v);
+    CHECK(std::any_of(logged.begin(), logged.end(), [](const std::string& s) {
+        return s.starts_with("tool.call with via mcp") && s.ends_with("mcp.tool_changed");
+    }));
+
+    // Markdown: the column, its tools as code; "none" for an MCP rule that allows none, "-"
+    // for a rule that is not MCP.
+    const std::string md = to_markdown(m);
+    CHECK(md.find("| Host / CIDR | Ports | Protocol | Methods | May resolve to (non-public) | "
+                  "MCP tools allowed |\n|---|---|---|---|---|---|\n"
+                  "| `api.example.com` | 443 | tls | - | none | - |\n"
+                  "| `mcp.example.com` | 443 | https | - | none | `fetch_page`, `search` |\n"
+                  "| `tools.internal.test` | 8080, 8081 | http | any | none | none |\n") !=
+          std::string::npos);
+    CHECK(md.find("- [x] **MCP tool calls decided and recorded by cordon**: cordon reads") !=
+          std::string::npos);
+    // JSON: a list per MCP rule, null for the others.
+    const auto v = boost::json::parse(to_json(m));
+    const auto& rows = v.at("sections").at("egress").at("table").as_array();
+    CHECK(rows.at(0).at("mcp_tools").is_null());
+    CHECK(rows.at(1).at("mcp_tools") == boost::json::parse(R"(["fetch_page","search"])"));
+    CHECK(rows.at(2).at("mcp_tools").as_array().empty());
+    CHECK(v.at("sections").at("egress").at("checks").at("mcp_tools").at("ticked").as_bool());
+
+    SECTION("report mode: not enforced, and says what is recorded") {
+        const model w = build(p, *p.find_job("watcher"), std::nullopt, at);
+        const check& wc = find_check(w, "egress", "mcp_tools");
+        CHECK_FALSE(wc.ticked);
+        CHECK_THAT(wc.why, Catch::StartsWith("NOT ENFORCED: mode report forwards every tool "
+                                             "call and passes tools/list unfiltered"));
+        CHECK_THAT(wc.why, Catch::Contains("mcp.example.com:80/http (tools: search;"));
+        CHECK_THAT(wc.why, Catch::Contains("would_deny"));
+    }
+    SECTION("a job without an MCP rule: nothing new") {
+        const model n = build(p, *p.find_job("plain"), std::nullopt, at);
+        CHECK(find_section(n, "egress").rows->keys.size() == 5);
+        for (const auto& ck : find_section(n, "egress").checks) {
+            CHECK(ck.key != "mcp_tools");
+        }
+        const std::string nmd = to_markdown(n);
+        CHECK(nmd.find("MCP") == std::string::npos);
+        CHECK(nmd.find("mcp") == std::string::npos);
+        CHECK(to_json(n).find("mcp") == std::string::npos);
+    }
 }
