@@ -124,7 +124,8 @@ check mcp_check(const config::job& j) {
                "the server's place, never forwarded: mcp_tool); tools/list answers are "
                "filtered to the listed tools; each tool's definition is pinned per session, "
                "and a tool whose definition changes is refused from then on "
-               "(mcp_tool_changed, an mcp.tool_changed record and an alert); every call is "
+               "(mcp_tool_changed, an mcp.tool_changed record and the CordonMcpToolChanged "
+               "alert); every call is "
                "recorded as tool.call with via mcp (server, tool, id, redacted arguments, "
                "the reason when refused)";
     } else {
@@ -203,7 +204,9 @@ section egress(const config::policy& p, const config::job& j) {
     }
     strings rules;
     for (const auto& r : denial_alert_rules()) {
-        rules.push_back(r.name + " (" + r.severity + "): " + r.what);
+        if (!r.mcp || mcp) {
+            rules.push_back(r.name + " (" + r.severity + "): " + r.what);
+        }
     }
     s.facts.push_back({"alert_rules", "Alert rules (dashboards/alerts.yaml)", rules});
     s.checks.push_back(tick("alert_rules_loaded", "Prometheus alert rules loaded", false,
@@ -437,6 +440,8 @@ const std::vector<alert_rule>& denial_alert_rules() {
          "any denied attempt of the job within 5 minutes"},
         {"CordonDenialBurst", "critical", "cordon_denial_bursts_total",
          "a session hammering on denied targets"},
+        {"CordonMcpToolChanged", "critical", "cordon_denied_total",
+         "an MCP server redefined a tool a session had been shown", true},
     };
     return rules;
 }

@@ -89,6 +89,7 @@ struct alert_rule {
     std::string severity;
     std::string metric;
     std::string what;
+    bool mcp = false;  ///< fires only on MCP rules' denials: listed for jobs that have one
 };
 const std::vector<alert_rule>& denial_alert_rules();
 

@@ -321,9 +321,12 @@ class RunningWorksheetTest(unittest.TestCase):
             self.assertIn(what, box["why"])
         self.assertTrue(any(x.startswith("tool.call with via mcp")
                             for x in js["sections"]["audit"]["facts"]["logged"]))
+        self.assertTrue(any(x.startswith("CordonMcpToolChanged (critical)")
+                            for x in egress["facts"]["alert_rules"]))
         # A job without an MCP rule: nothing new, in either form.
         js = self.worksheet_json("agent")
         self.assertNotIn("mcp_tools", js["sections"]["egress"]["checks"])
+        self.assertFalse(any("Mcp" in x for x in js["sections"]["egress"]["facts"]["alert_rules"]))
         self.assertTrue(all("mcp_tools" not in r for r in js["sections"]["egress"]["table"]))
         _, _, raw = self.get("/v1/jobs/agent/worksheet?format=md")
         self.assertNotIn(b"MCP", raw)

@@ -416,6 +416,11 @@ jobs:
     CHECK_THAT(c.why, Catch::Contains("tool.call with via mcp"));
     CHECK_THAT(find_check(m, "egress", "denials_counted").why,
                Catch::Contains("refused tool calls: tool.call with their reason"));
+    CHECK_THAT(c.why, Catch::Contains("CordonMcpToolChanged"));
+    const auto& alerts = std::get<std::vector<std::string>>(
+        find_fact(m, "egress", "alert_rules").v);
+    CHECK(alerts.back() == "CordonMcpToolChanged (critical): an MCP server redefined a tool a "
+                           "session had been shown");
     const auto& logged = std::get<std::vector<std::string>>(find_fact(m, "audit", "logged").v);
     CHECK(std::any_of(logged.begin(), logged.end(), [](const std::string& s) {
         return s.starts_with("tool.call with via mcp") && s.ends_with("mcp.tool_changed");
@@ -455,6 +460,9 @@ jobs:
         for (const auto& ck : find_section(n, "egress").checks) {
             CHECK(ck.key != "mcp_tools");
         }
+        const auto& nalerts = std::get<std::vector<std::string>>(
+            find_fact(n, "egress", "alert_rules").v);
+        CHECK(nalerts.size() == 2);  // CordonEgressDenied, CordonDenialBurst
         const std::string nmd = to_markdown(n);
         CHECK(nmd.find("MCP") == std::string::npos);
         CHECK(nmd.find("mcp") == std::string::npos);
