@@ -23,8 +23,9 @@ constexpr std::string_view usage =
 Prints one session's audit events in time order: session created, tokens minted and
 revoked, each tool call, each connection (target, bytes up and down, duration), each
 denial with its reason, DNS queries and denials, file writes, and the kill with who and
-why; network kills and revives during the session too. One line per event, or the audit
-JSON lines themselves with --json.
+why; network kills and revives during the session too. A connection that carried MCP tool
+calls is labelled (conn 1, conn 2, ...) on its records and on its tool calls. One line per
+event, or the audit JSON lines themselves with --json.
 
 options:
   --since T       only events at or after T: RFC 3339 (2026-11-29T15:20:00Z), a date
@@ -130,9 +131,12 @@ int audit(args in) {
     proxy::audit::timeline_stats stats;
     std::string error;
     const auto events = proxy::audit::read_timeline(*dir, q, stats, error);
+    // The text form labels the connections that carried MCP tool calls: it reads them all.
+    const std::vector<std::string> text = as_json ? std::vector<std::string>()
+                                                  : proxy::audit::format_timeline(events);
     std::string out;
-    for (const auto& e : events) {
-        out += as_json ? e.line : proxy::audit::format_timeline_event(e.line);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+        out += as_json ? events[i].line : text[i];
         out += '\n';
         if (out.size() >= 1 << 16) {
             std::fwrite(out.data(), 1, out.size(), stdout);

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -116,148 +115,6 @@ std::optional<common::wall_clock::time_point> parse_rfc3339(std::string_view s) 
     const minutes off{oh * 60 + om};
     t += s[at] == '+' ? -off : off;  // local time minus its offset is UTC
     return time_point_cast<common::wall_clock::duration>(t);
-}
-
-std::string str_of(const json::object& o, std::string_view key) {
-    const json::value* v = o.if_contains(key);
-    if (v == nullptr || v->is_null()) {
-        return {};
-    }
-    if (v->is_string()) {
-        return std::string(v->as_string());
-    }
-    return json::serialize(*v);
-}
-
-std::uint64_t u64_of(const json::object& o, std::string_view key) {
-    const json::value* v = o.if_contains(key);
-    if (v == nullptr) {
-        return 0;
-    }
-    if (v->is_uint64()) {
-        return v->as_uint64();
-    }
-    if (v->is_int64()) {
-        return v->as_int64() < 0 ? 0 : static_cast<std::uint64_t>(v->as_int64());
-    }
-    if (v->is_double()) {
-        return v->as_double() < 0 ? 0 : static_cast<std::uint64_t>(v->as_double());
-    }
-    return 0;
-}
-
-// Control characters shown escaped: a value cannot move the cursor or forge a line.
-std::string safe(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u == 0x7f) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\x%02x", u);
-            out += buf;
-        } else {
-            out.push_back(c);
-        }
-    }
-    return out;
-}
-
-std::string clip(std::string s, std::size_t max) {
-    if (s.size() > max) {
-        std::size_t at = max;
-        while (at > 0 && (static_cast<unsigned char>(s[at]) & 0xc0) == 0x80) {
-            --at;
-        }
-        s.resize(at);
-        s += "...";
-    }
-    return s;
-}
-
-std::string seconds_text(std::uint64_t ms) {
-    char buf[32];
-    if (ms < 1000) {
-        std::snprintf(buf, sizeof buf, "%llu ms", static_cast<unsigned long long>(ms));
-    } else {
-        std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ms) / 1000);
-    }
-    return buf;
-}
-
-bool skip_in_rest(std::string_view key) {
-    return key == "ts" || key == "event" || key == "session" || key == "job" || key == "client";
-}
-
-// key=value of every field the event's own format did not use.
-std::string rest_of(const json::object& o, std::initializer_list<std::string_view> used) {
-    std::string out;
-    for (const auto& kv : o) {
-        const std::string_view k = kv.key();
-        if (skip_in_rest(k) || std::find(used.begin(), used.end(), k) != used.end()) {
-            continue;
-        }
-        if (!out.empty()) {
-            out += ' ';
-        }
-        out += std::string(k) + "=" +
-               (kv.value().is_string() ? std::string(kv.value().as_string())
-                                       : json::serialize(kv.value()));
-    }
-    return out;
-}
-
-std::string describe(const std::string& event, const json::object& o) {
-    const auto s = [&o](std::string_view k) { return str_of(o, k); };
-    const auto paren = [](const std::string& x) { return x.empty() ? x : " (" + x + ")"; };
-    std::string out;
-    if (event == "session.create") {
-        out = "job " + s("job") + ", by " + s("by") + ", expires " + s("expires_at");
-    } else if (event == "session.end") {
-        out = "by " + s("by") + paren(rest_of(o, {"by"}));
-    } else if (event == "token.mint") {
-        out = "token " + s("token_id") + ", expires " + s("expires_at");
-    } else if (event == "token.revoke") {
-        out = "token " + s("token_id") + " by " + s("by") + ": " + s("reason") +
-              paren(rest_of(o, {"token_id", "by", "reason"}));
-    } else if (event == "tool.call") {
-        out = s("tool");
-        if (const std::string a = s("arguments"); !a.empty()) {
-            out += " " + clip(a, 200);
-        }
-        out += "  [via " + s("via") + "]";
-    } else if (event == "conn.open") {
-        out = s("method") + " " + s("target") + " -> " + s("ip");
-        if (const std::string r = s("rule"); !r.empty()) {
-            out += " (rule " + r + ")";
-        }
-    } else if (event == "conn.close") {
-        out = s("method") + " " + s("target") + " up " + human_bytes(u64_of(o, "bytes_up")) +
-              ", down " + human_bytes(u64_of(o, "bytes_down")) + ", " +
-              seconds_text(u64_of(o, "duration_ms")) + paren(s("reason"));
-    } else if (event == "conn.deny") {
-        out = s("target") + " denied: " + s("reason") + paren(s("status"));
-    } else if (event == "conn.error") {
-        out = s("target") + " " + s("status") + ": " + s("message");
-    } else if (event == "dns.query") {
-        out = s("name") + " " + s("type") + " -> " + s("rcode") +
-              (s("cached") == "true" ? ", cached" : "");
-    } else if (event == "dns.deny") {
-        out = s("name") + " " + s("type") + " denied: " + s("reason");
-    } else if (event == "file.write") {
-        out = s("path") + paren(rest_of(o, {"path"}));
-    } else if (event == "kill.session") {
-        out = "by " + s("by") + ": " + s("reason") + " (" + s("connections_closed") +
-              " connections closed, " + s("tokens_revoked") + " tokens revoked)";
-    } else if (event == "kill.network") {
-        out = "all egress, by " + s("by") + ": " + s("reason") + " (" + s("connections_closed") +
-              " connections closed)";
-    } else if (event == "revive") {
-        out = "egress back, by " + s("by") + ": " + s("reason");
-    } else {
-        out = rest_of(o, {});
-    }
-    return out;
 }
 
 }  // namespace
@@ -456,38 +313,6 @@ std::vector<timeline_event> read_timeline(const std::string& dir, const timeline
     }
     finish_timeline(out);
     return out;
-}
-
-std::string format_timeline_event(std::string_view json_line) {
-    boost::system::error_code ec;
-    const json::value v = json::parse(json_line, ec);
-    if (ec || !v.is_object()) {
-        return safe(json_line);
-    }
-    const json::object& o = v.as_object();
-    const std::string ts = str_of(o, "ts");
-    const std::string event = str_of(o, "event");
-    std::string head = ts + "  " + event;
-    if (event.size() < 14) {
-        head.append(14 - event.size(), ' ');
-    }
-    return safe(head + " " + describe(event, o));
-}
-
-std::string human_bytes(std::uint64_t n) {
-    static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    if (n < 1024) {
-        return std::to_string(n) + " B";
-    }
-    double v = static_cast<double>(n);
-    int u = 0;
-    while (v >= 1024 && u < 5) {
-        v /= 1024;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-    return buf;
 }
 
 }  // namespace cordon::proxy::audit

@@ -87,7 +87,17 @@ std::vector<timeline_event> read_timeline(const std::string& dir, const timeline
 /// "2026-11-29T15:20:18.123Z  conn.close    api.example.com:443 up 1.2 KiB, down 3.4 MiB,
 /// 1.20 s (done)". Fields it does not know are shown as key=value. Control characters in
 /// values are shown escaped, so a hostile value cannot forge lines on a terminal.
+/// (audit_timeline_text.cpp)
 std::string format_timeline_event(std::string_view json_line);
+
+/// The lines of a whole timeline (events in time order, as read_timeline() gives them):
+/// format_timeline_event() of each, and the connections that carried MCP messages labelled
+/// "conn 1", "conn 2", ... in order of their first record. A connection is a client address
+/// and a target (the records' `client` and `target`; a CONNECT's conn.close ends it); its
+/// label is put on each of its records: conn.open, conn.close, conn.deny, conn.error,
+/// http.request, and inside the brackets of its tool.call ("[via mcp, server HOST:PORT,
+/// id 7, conn 1]") and after its mcp.tool_changed. Other connections are not labelled.
+std::vector<std::string> format_timeline(const std::vector<timeline_event>& events);
 
 /// "512 B", "1.2 KiB", "3.4 MiB", "1.0 GiB".
 std::string human_bytes(std::uint64_t n);

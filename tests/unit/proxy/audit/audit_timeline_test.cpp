@@ -310,3 +310,139 @@ TEST_CASE("timeline: the --since/--until window of the audit verbs", "[timeline]
     CHECK_FALSE(parse_time_window("x", "y", now, error));
     CHECK(error == "--since: 'x' is neither RFC 3339 nor a duration like 2h");
 }
+
+TEST_CASE("timeline: MCP tool calls with the connections they rode on", "[timeline]") {
+    const sys_days d = 2026y / 12 / 3;
+    int at = 0;
+    // A record of session s-1, job j, from `client`, written `at` ms after the last.
+    const auto rec = [&](std::string_view event, std::string_view client) {
+        audit_record r(event, utc(d, 10h + milliseconds(++at)));
+        r.add("session", "s-1").add("job", "j").add("client", client);
+        return r;
+    };
+    const auto tool = [&](std::string_view client, std::string_view target, std::string_view name,
+                          std::string_view id) {
+        auto r = rec("tool.call", client);
+        r.add("via", "mcp").add("server", target.substr(0, target.find(':')));
+        r.add("target", target).add("tool", name).add("id", id);
+        return r;
+    };
+    const std::string a = "127.0.0.1:40001";  // an inspected tunnel to the MCP server
+    const std::string b = "127.0.0.1:40002";  // plain HTTP to it
+    const std::string c = "127.0.0.1:40003";  // a tunnel elsewhere: no MCP
+    std::vector<std::string> lines;
+    const auto add = [&lines](const audit_record& r) {
+        std::string l = r.to_json_line();
+        l.pop_back();  // the '\n'
+        lines.push_back(std::move(l));
+    };
+    add(rec("conn.open", a)
+            .add("target", "mcp.test:443")
+            .add("ip", "127.0.0.1")
+            .add("method", "CONNECT")
+            .add("rule", "mcp.test:443/https"));
+    add(rec("conn.open", c)
+            .add("target", "api.test:443")
+            .add("ip", "1.2.3.4")
+            .add("method", "CONNECT"));
+    add(tool(a, "mcp.test:443", "search", "2").add("arguments", R"({"q":"cordon"})"));
+    add(rec("http.request", a)
+            .add("target", "mcp.test:443")
+            .add("method", "POST")
+            .add("path", "/mcp")
+            .add("status", std::int64_t{200})
+            .add("bytes_up", std::int64_t{120})
+            .add("bytes_down", std::int64_t{2048}));
+    add(tool(a, "mcp.test:443", "delete_repo", R"("x-1")").add("reason", "mcp_tool"));
+    add(rec("http.request", a)
+            .add("target", "mcp.test:443")
+            .add("method", "POST")
+            .add("path", "/mcp")
+            .add("status", std::int64_t{200})
+            .add("reason", "mcp_tool")
+            .add("bytes_up", std::int64_t{90})
+            .add("bytes_down", std::int64_t{300}));
+    add(rec("mcp.tool_changed", a)
+            .add("server", "mcp.test")
+            .add("target", "mcp.test:443")
+            .add("tool", "search")
+            .add("message", "the server's definition of this tool changed"));
+    add(tool(b, "mcp.test:80", "fetch_page", "3").add("would_deny", "mcp_tool"));
+    add(rec("conn.open", b)
+            .add("target", "mcp.test:80")
+            .add("ip", "127.0.0.1")
+            .add("method", "POST"));
+    add(rec("conn.close", b)
+            .add("target", "mcp.test:80")
+            .add("method", "POST")
+            .add("bytes_up", std::int64_t{10})
+            .add("bytes_down", std::int64_t{20})
+            .add("duration_ms", std::int64_t{4})
+            .add("reason", "done"));
+    add(rec("conn.close", a)
+            .add("target", "mcp.test:443")
+            .add("method", "CONNECT")
+            .add("bytes_up", std::int64_t{210})
+            .add("bytes_down", std::int64_t{2348})
+            .add("duration_ms", std::int64_t{1500})
+            .add("reason", "done"));
+    // A posted event (no target) and a later tunnel from the same client port.
+    add(rec("tool.call", c).add("via", "proxy").add("tool", "note"));
+    add(tool(a, "mcp.test:443", "search", "9").add("reason", "mcp_batch"));
+    add(rec("conn.close", c)
+            .add("target", "api.test:443")
+            .add("method", "CONNECT")
+            .add("bytes_up", std::int64_t{1})
+            .add("bytes_down", std::int64_t{1})
+            .add("duration_ms", std::int64_t{2000})
+            .add("reason", "eof"));
+
+    std::vector<timeline_event> events;
+    for (const auto& l : lines) {
+        events.push_back(timeline_event{std::string(l.substr(7, 24)), l, false});
+    }
+    const std::vector<std::string> text = format_timeline(events);
+    REQUIRE(text.size() == events.size());
+    const auto body = [](const std::string& l) { return l.substr(26); };  // after the ts
+    CHECK(body(text[0]) ==
+          "conn.open      CONNECT mcp.test:443 -> 127.0.0.1 (rule mcp.test:443/https)  [conn 1]");
+    CHECK(body(text[1]) == "conn.open      CONNECT api.test:443 -> 1.2.3.4");  // no MCP: as before
+    CHECK(body(text[2]) ==
+          R"(tool.call      search {"q":"cordon"}  [via mcp, server mcp.test:443, id 2, conn 1])");
+    CHECK(body(text[3]) ==
+          "http.request   POST mcp.test:443/mcp -> 200, up 120 B, down 2.0 KiB  [conn 1]");
+    CHECK(body(text[4]) ==
+          R"(tool.call      delete_repo  [via mcp, server mcp.test:443, id "x-1", )"
+          R"(conn 1] refused: mcp_tool)");
+    CHECK(body(text[5]) == "http.request   POST mcp.test:443/mcp -> 200, up 90 B, down 300 B "
+                           "(refused: mcp_tool)  [conn 1]");
+    CHECK(body(text[6]) == "mcp.tool_changed ALERT: tool search of mcp.test:443: the server's "
+                           "definition of this tool changed  [conn 1]");
+    CHECK(body(text[7]) == "tool.call      fetch_page  [via mcp, server mcp.test:80, id 3, conn 2] "
+                           "would deny: mcp_tool");
+    CHECK(body(text[8]) == "conn.open      POST mcp.test:80 -> 127.0.0.1  [conn 2]");
+    CHECK(body(text[9]) == "conn.close     POST mcp.test:80 up 10 B, down 20 B, 4 ms (done)  "
+                           "[conn 2]");
+    CHECK(body(text[10]) == "conn.close     CONNECT mcp.test:443 up 210 B, down 2.3 KiB, 1.50 s "
+                            "(done)  [conn 1]");
+    CHECK(body(text[11]) == "tool.call      note  [via proxy]");  // posted: as before
+    // The tunnel closed: the same client port to the same server is another connection.
+    CHECK(body(text[12]) ==
+          "tool.call      search  [via mcp, server mcp.test:443, id 9, conn 3] not forwarded: "
+          "another call of its batch was refused (mcp_batch)");
+    CHECK(body(text[13]) == "conn.close     CONNECT api.test:443 up 1 B, down 1 B, 2.00 s (eof)");
+
+    // One line alone (no connection known): the same, without the label.
+    CHECK(
+        format_timeline_event(lines[4]).substr(26) ==
+        R"(tool.call      delete_repo  [via mcp, server mcp.test:443, id "x-1"] refused: mcp_tool)");
+    // A timeline without MCP reads as format_timeline_event gives each line.
+    std::vector<timeline_event> plain{events[1], events[11], events[13]};
+    const auto plain_text = format_timeline(plain);
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+        CHECK(plain_text[i] == format_timeline_event(plain[i].line));
+    }
+    // A line that is not JSON is shown escaped, as format_timeline_event does.
+    const auto odd = format_timeline({timeline_event{"x", "not json\x1b[2J", false}});
+    CHECK(odd == std::vector<std::string>{"not json\\x1b[2J"});
+}
