@@ -35,6 +35,7 @@ inline constexpr std::size_t body_window_size = 16 * 1024;
 
 class response_reader;
 enum class mcp_answer_mode;
+struct secret_value;
 
 /// One client connection, visible to kills, revocations and reloads (live_connection).
 class client_conn final : public control::live_connection,
@@ -164,6 +165,51 @@ private:
     /// denial (mcp_tool_changed), so the alert webhook hears of the rug pull.
     void record_mcp_changes(const std::vector<mcp::change>& changes, std::string_view target,
                             std::string_view kind);
+    /// An MCP rule's request inside an inspected tunnel: its body read whole, scanned,
+    /// budgeted and decided. False when the tunnel ends here (answered or refused; `reason`
+    /// says why); `body` holds the body to send otherwise.
+    struct inspected_mcp_request {
+        const config::egress_rule& rule;
+        const config::job& j;
+        std::string_view method;
+        std::string_view audit_path;
+        bool has_body;
+        bool upgrade;
+        const std::vector<secret_value>& secrets;
+        char* window;
+    };
+    awaitable<bool> mcp_request_inspected(tls_stream& cs, beast::flat_buffer& cbuf,
+                                          http::request_parser<http::buffer_body>& parser,
+                                          request_state& st, const inspected_mcp_request& r,
+                                          std::string& body, std::string& reason);
+    /// Its JSON or event-stream answer: filtered to the client, recorded (http.request).
+    /// True when the tunnel may carry another request; false with `reason` otherwise.
+    struct inspected_mcp_answer {
+        const config::egress_rule& rule;
+        const config::job& j;
+        std::string_view method;
+        std::string_view audit_path;
+        unsigned client_version;
+        bool client_keep_alive;
+        std::string_view sent_secret;  ///< redacted from the answer ("" when none went out)
+        std::string_view sent_placeholder;
+        std::string_view secret_name;
+        config::deny_reason would_deny;
+        std::uint64_t bytes_up;
+        char* window;
+        std::string& out;
+        std::string& scratch;
+        std::uint64_t& log_bytes_down;  ///< the tunnel's conn.close count, added to
+    };
+    awaitable<bool> mcp_answer_inspected(tls_stream& cs, tls_stream& us, beast::flat_buffer& ubuf,
+                                         response_reader& rp, mcp_answer_mode mode,
+                                         const inspected_mcp_answer& a, std::string& reason);
+    /// An MCP rule's request on the plain path, before anything is dialled: its body read
+    /// whole and decided. False when the request ended here (answered or refused).
+    awaitable<bool> mcp_request_plain(request_state& st,
+                                      http::request_parser<http::buffer_body>& parser,
+                                      beast::flat_buffer& buffer, const config::egress_rule& rule,
+                                      const config::job& j, bool has_body, std::string& body);
     /// Whose pins: the session, or the job for clients without one (`sources`).
     std::string mcp_pin_key() const { return session.empty() ? "job:" + job : session; }
 

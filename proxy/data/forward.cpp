@@ -380,51 +380,9 @@ awaitable<bool> client_conn::handle_forward(request_state& st,
                                               ? st.decision.rule
                                               : nullptr;
     std::string mcp_body;
-    if (mcp_rule != nullptr) {
-        if (wants_upgrade(req.base())) {
-            co_await deny(st, 400, deny_reason::bad_request,
-                          "an MCP rule carries no protocol upgrades");
-            co_return false;
-        }
-        if (has_body) {
-            const std::size_t max = mcp_rule->mcp->max_body;
-            if (const auto e = req.find(http::field::expect);
-                e != req.end() && beast::iequals(e->value(), "100-continue") && !parser.is_done()) {
-                // The body is needed before anything is dialled: the client is told to send it.
-                static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
-                auto [cec, cn] = co_await net::async_write(client_.socket(), net::buffer(cont),
-                                                           use_nothrow);
-                (void)cn;
-                if (cec) {
-                    co_await deny(st, 400, deny_reason::bad_request, "the client went away");
-                    co_return false;
-                }
-            }
-            const whole_end we = co_await read_whole_body(client_, buffer, parser, req.body(), max,
-                                                          policy->source().proxy.idle_timeout,
-                                                          mcp_body, fwd().window);
-            if (we != whole_end::done) {
-                const bool large = we == whole_end::too_large;
-                const std::string why =
-                    large ? "an MCP request body larger than the rule's max_body (" +
-                                std::to_string(max) + " bytes)"
-                          : std::string("the request body ended early or is malformed");
-                co_await deny(st, large ? 413 : 400, deny_reason::bad_request, why);
-                co_return false;
-            }
-        }
-        mcp_plan plan = judge_mcp(*mcp_rule, j, method, mcp_body, has_body, st.log.target, "http");
-        if (plan.act == mcp_plan::action::refuse) {
-            co_await deny(st, plan.status, plan.reason, plan.message);
-            co_return false;
-        }
-        if (plan.act == mcp_plan::action::answer) {
-            // The denials were counted per call (judge_mcp); the record says the first.
-            st.log.deny(plan.reason, 200);
-            co_await net::async_write(client_.socket(), net::buffer(plan.answer), use_nothrow);
-            shutdown_client();
-            co_return false;
-        }
+    if (mcp_rule != nullptr &&
+        !co_await mcp_request_plain(st, parser, buffer, *mcp_rule, j, has_body, mcp_body)) {
+        co_return false;
     }
     if (!co_await connect_forward(st)) {
         co_return false;

@@ -278,72 +278,15 @@ awaitable<void> client_conn::serve_inspected(
         }
 
         // An MCP rule: the body is read whole (bounded) and decided call by call before any
-        // of the request goes upstream (docs/mcp.md).
+        // of the request goes upstream (docs/mcp.md; mcp_flow.cpp).
         const config::egress_rule* mcp_rule = md.effective.rule != nullptr && md.effective.rule->mcp
                                                   ? md.effective.rule
                                                   : nullptr;
         std::string mcp_body;
         if (mcp_rule != nullptr) {
-            if (upgrade) {
-                co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, req_method,
-                                          audit_path, "an MCP rule carries no protocol upgrades");
-                reason = "bad_request";
-                break;
-            }
-            if (has_body) {
-                const std::size_t max = mcp_rule->mcp->max_body;
-                const whole_end we = co_await read_whole_body(cs, cbuf, parser, parser.get().body(),
-                                                              max, ps.idle_timeout, mcp_body,
-                                                              f.window);
-                if (we != whole_end::done) {
-                    const bool large = we == whole_end::too_large;
-                    const std::string why =
-                        large ? "an MCP request body larger than the rule's max_body (" +
-                                    std::to_string(max) + " bytes)"
-                              : std::string("the request body ended early or is malformed");
-                    co_await refuse_inspected(cs, st, large ? 413 : 400, deny_reason::bad_request,
-                                              req_method, audit_path, why);
-                    reason = "bad_request";
-                    break;
-                }
-                // What any body may not carry (placeholders, secrets), and the budget.
-                stream_scanner body_scan(secrets);
-                deny_reason r = body_scan.feed(mcp_body);
-                if (r == deny_reason::none && !quota_.admit_chunk(j.limits, mcp_body.size())) {
-                    r = deny_reason::budget;
-                }
-                if (r != deny_reason::none) {
-                    co_await refuse_inspected(cs, st, 403, r, req_method, audit_path, "");
-                    reason = config::to_string(r);
-                    break;
-                }
-            }
-            const mcp_plan plan = judge_mcp(*mcp_rule, j, req_method, mcp_body, has_body,
-                                            tunnel_target_, "https");
-            if (plan.act == mcp_plan::action::refuse) {
-                co_await refuse_inspected(cs, st, plan.status, plan.reason, req_method, audit_path,
-                                          plan.message);
-                reason = "bad_request";
-                break;
-            }
-            if (plan.act == mcp_plan::action::answer) {
-                // JSON-RPC errors in the server's place: an MCP client shows its model a
-                // normal error. The denials were counted per call.
-                std::uint64_t wn = 0;
-                if (closed_by_.empty()) {
-                    cs.expires_after(ps.idle_timeout);
-                    auto [aec, an] = co_await net::async_write(cs, net::buffer(plan.answer),
-                                                               use_nothrow);
-                    cs.expires_never();
-                    (void)aec;
-                    wn = an;
-                }
-                st.log.bytes_down += wn;
-                http_note n{req_method, audit_path, 200};
-                n.reason = plan.reason;
-                n.bytes_down = wn;
-                write_http_request(n);
-                reason = config::to_string(plan.reason);
+            const inspected_mcp_request mr{*mcp_rule, j,       req_method, audit_path,
+                                           has_body,  upgrade, secrets,    f.window};
+            if (!co_await mcp_request_inspected(cs, cbuf, parser, st, mr, mcp_body, reason)) {
                 break;
             }
         }
@@ -531,57 +474,19 @@ awaitable<void> client_conn::serve_inspected(
                 break;
             }
             if (mode != mcp_answer_mode::pass) {
-                const std::string pins = mcp_pin_key();
-                const mcp::filter_context ctx{*mcp_rule->mcp, j.mode == config::job_mode::report,
-                                              &rt_.mcp_pins, pins, host};
-                stream_replacer back(sent_secret, sent_placeholder);
-                stream_replacer* redact_back = sent_secret.empty() ? nullptr : &back;
-                mcp_answer_filter answer_filter(
-                    ctx, mcp_rule->mcp->max_body,
-                    [this](const std::vector<mcp::change>& ch) {
-                        record_mcp_changes(ch, tunnel_target_, "https");
-                    },
-                    redact_back);
-                const mcp_answer_io io{f.out_head,
-                                       f.window,
-                                       scratch,
-                                       ps.idle_timeout,
-                                       mcp_rule->mcp->max_body,
-                                       req.version(),
-                                       client_keep_alive,
-                                       redact_back,
-                                       sent_secret,
-                                       sent_placeholder};
-                const mcp_answer_result ar = co_await forward_mcp_answer(us, ubuf, rp, cs, mode,
-                                                                         answer_filter, io);
-                if (ar.refused_before_head) {
-                    http_note n{req_method, audit_path, 502};
-                    n.bytes_up = up.written;
-                    n.message = ar.error;
-                    n.credential = hv.secret_name;
-                    co_await upstream_failure(cs, n);
-                    reason = "upstream_error";
-                    break;
-                }
-                st.log.bytes_down += ar.written;
-                http_note n{req_method, audit_path, static_cast<int>(rp.status())};
-                n.would_deny = md.would_deny;
-                n.credential = hv.secret_name;
-                n.bytes_up = up.written;
-                n.bytes_down = ar.written;
-                n.message = ar.end == pump_end::done ? std::string_view()
-                            : !ar.error.empty()      ? std::string_view(ar.error)
-                                                : std::string_view("response not forwarded whole");
-                write_http_request(n);
-                if (ar.end != pump_end::done) {
-                    reason = ar.end == pump_end::refused ? "upstream_error" : "error";
-                    break;
-                }
-                if (!ar.keep) {
+                const inspected_mcp_answer ma{*mcp_rule,        j,
+                                              req_method,       audit_path,
+                                              req.version(),    client_keep_alive,
+                                              sent_secret,      sent_placeholder,
+                                              hv.secret_name,   md.would_deny,
+                                              up.written,       f.window,
+                                              f.out_head,       scratch,
+                                              st.log.bytes_down};
+                if (!co_await mcp_answer_inspected(cs, us, ubuf, rp, mode, ma, reason)) {
                     break;
                 }
                 if (ubuf.size() > 0) {
-                    reason = "upstream_error";
+                    reason = "upstream_error";  // bytes past a complete answer, as below
                     break;
                 }
                 fwd_.reset();

@@ -5,6 +5,7 @@
 
 #include "proxy/audit/tool_event.hpp"
 #include "proxy/data/responses.hpp"
+#include "proxy/data/tls_stream.hpp"
 #include "proxy/mcp/jsonrpc.hpp"
 
 namespace cordon::proxy::data {
@@ -205,6 +206,183 @@ client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule, co
         plan.answer = mcp::refusal_head(first, answer.size()) + answer;
     }
     return plan;
+}
+
+namespace {
+
+std::string body_refusal_message(whole_end e, std::size_t max) {
+    return e == whole_end::too_large ? "an MCP request body larger than the rule's max_body (" +
+                                           std::to_string(max) + " bytes)"
+                                     : std::string("the request body ended early or is malformed");
+}
+
+}  // namespace
+
+awaitable<bool> client_conn::mcp_request_plain(
+    request_state& st, http::request_parser<http::buffer_body>& parser, beast::flat_buffer& buffer,
+    const config::egress_rule& rule, const config::job& j, bool has_body, std::string& body) {
+    auto& req = parser.get();
+    if (wants_upgrade(req.base())) {
+        co_await deny(st, 400, deny_reason::bad_request,
+                      "an MCP rule carries no protocol upgrades");
+        co_return false;
+    }
+    if (has_body) {
+        const std::size_t max = rule.mcp->max_body;
+        if (const auto e = req.find(http::field::expect);
+            e != req.end() && beast::iequals(e->value(), "100-continue") && !parser.is_done()) {
+            // The body is needed before anything is dialled: the client is told to send it.
+            static constexpr std::string_view cont = "HTTP/1.1 100 Continue\r\n\r\n";
+            auto [cec, cn] = co_await net::async_write(client_.socket(), net::buffer(cont),
+                                                       use_nothrow);
+            (void)cn;
+            if (cec) {
+                co_await deny(st, 400, deny_reason::bad_request, "the client went away");
+                co_return false;
+            }
+        }
+        const whole_end we = co_await read_whole_body(client_, buffer, parser, req.body(), max,
+                                                      rt_.policy()->source().proxy.idle_timeout,
+                                                      body, fwd().window);
+        if (we != whole_end::done) {
+            const std::string why = body_refusal_message(we, max);
+            co_await deny(st, we == whole_end::too_large ? 413 : 400, deny_reason::bad_request,
+                          why);
+            co_return false;
+        }
+    }
+    const mcp_plan plan = judge_mcp(rule, j, method, body, has_body, st.log.target, "http");
+    if (plan.act == mcp_plan::action::refuse) {
+        co_await deny(st, plan.status, plan.reason, plan.message);
+        co_return false;
+    }
+    if (plan.act == mcp_plan::action::answer) {
+        // The denials were counted per call (judge_mcp); the record says the first.
+        st.log.deny(plan.reason, 200);
+        co_await net::async_write(client_.socket(), net::buffer(plan.answer), use_nothrow);
+        shutdown_client();
+        co_return false;
+    }
+    co_return true;
+}
+
+awaitable<bool> client_conn::mcp_request_inspected(tls_stream& cs, beast::flat_buffer& cbuf,
+                                                   http::request_parser<http::buffer_body>& parser,
+                                                   request_state& st,
+                                                   const inspected_mcp_request& r,
+                                                   std::string& body, std::string& reason) {
+    const config::proxy_spec& ps = rt_.policy()->source().proxy;
+    if (r.upgrade) {
+        co_await refuse_inspected(cs, st, 400, deny_reason::bad_request, r.method, r.audit_path,
+                                  "an MCP rule carries no protocol upgrades");
+        reason = "bad_request";
+        co_return false;
+    }
+    if (r.has_body) {
+        const std::size_t max = r.rule.mcp->max_body;
+        const whole_end we = co_await read_whole_body(cs, cbuf, parser, parser.get().body(), max,
+                                                      ps.idle_timeout, body, r.window);
+        if (we != whole_end::done) {
+            const std::string why = body_refusal_message(we, max);
+            co_await refuse_inspected(cs, st, we == whole_end::too_large ? 413 : 400,
+                                      deny_reason::bad_request, r.method, r.audit_path, why);
+            reason = "bad_request";
+            co_return false;
+        }
+        // What any body may not carry (placeholders, secrets), and the budget.
+        stream_scanner body_scan(r.secrets);
+        deny_reason refusal = body_scan.feed(body);
+        if (refusal == deny_reason::none && !quota_.admit_chunk(r.j.limits, body.size())) {
+            refusal = deny_reason::budget;
+        }
+        if (refusal != deny_reason::none) {
+            co_await refuse_inspected(cs, st, 403, refusal, r.method, r.audit_path, "");
+            reason = config::to_string(refusal);
+            co_return false;
+        }
+    }
+    const mcp_plan plan = judge_mcp(r.rule, r.j, r.method, body, r.has_body, tunnel_target_,
+                                    "https");
+    if (plan.act == mcp_plan::action::refuse) {
+        co_await refuse_inspected(cs, st, plan.status, plan.reason, r.method, r.audit_path,
+                                  plan.message);
+        reason = "bad_request";
+        co_return false;
+    }
+    if (plan.act == mcp_plan::action::answer) {
+        // JSON-RPC errors in the server's place: an MCP client shows its model a normal
+        // error. The denials were counted per call.
+        std::uint64_t wn = 0;
+        if (closed_by_.empty()) {
+            cs.expires_after(ps.idle_timeout);
+            auto [aec, an] = co_await net::async_write(cs, net::buffer(plan.answer), use_nothrow);
+            cs.expires_never();
+            (void)aec;
+            wn = an;
+        }
+        st.log.bytes_down += wn;
+        http_note n{r.method, r.audit_path, 200};
+        n.reason = plan.reason;
+        n.bytes_down = wn;
+        write_http_request(n);
+        reason = config::to_string(plan.reason);
+        co_return false;
+    }
+    co_return true;
+}
+
+awaitable<bool> client_conn::mcp_answer_inspected(tls_stream& cs, tls_stream& us,
+                                                  beast::flat_buffer& ubuf, response_reader& rp,
+                                                  mcp_answer_mode mode,
+                                                  const inspected_mcp_answer& a,
+                                                  std::string& reason) {
+    const std::size_t max = a.rule.mcp->max_body;
+    const std::string pins = mcp_pin_key();
+    const mcp::filter_context ctx{*a.rule.mcp, a.j.mode == config::job_mode::report, &rt_.mcp_pins,
+                                  pins, host};
+    stream_replacer back(a.sent_secret, a.sent_placeholder);
+    stream_replacer* redact_back = a.sent_secret.empty() ? nullptr : &back;
+    mcp_answer_filter filter(
+        ctx, max,
+        [this](const std::vector<mcp::change>& ch) {
+            record_mcp_changes(ch, tunnel_target_, "https");
+        },
+        redact_back);
+    const mcp_answer_io io{a.out,
+                           a.window,
+                           a.scratch,
+                           rt_.policy()->source().proxy.idle_timeout,
+                           max,
+                           a.client_version,
+                           a.client_keep_alive,
+                           redact_back,
+                           a.sent_secret,
+                           a.sent_placeholder};
+    const mcp_answer_result ar = co_await forward_mcp_answer(us, ubuf, rp, cs, mode, filter, io);
+    if (ar.refused_before_head) {
+        http_note n{a.method, a.audit_path, 502};
+        n.bytes_up = a.bytes_up;
+        n.message = ar.error;
+        n.credential = a.secret_name;
+        co_await upstream_failure(cs, n);
+        reason = "upstream_error";
+        co_return false;
+    }
+    a.log_bytes_down += ar.written;
+    http_note n{a.method, a.audit_path, static_cast<int>(rp.status())};
+    n.would_deny = a.would_deny;
+    n.credential = a.secret_name;
+    n.bytes_up = a.bytes_up;
+    n.bytes_down = ar.written;
+    n.message = ar.end == pump_end::done ? std::string_view()
+                : !ar.error.empty()      ? std::string_view(ar.error)
+                                         : std::string_view("response not forwarded whole");
+    write_http_request(n);
+    if (ar.end != pump_end::done) {
+        reason = ar.end == pump_end::refused ? "upstream_error" : "error";
+        co_return false;
+    }
+    co_return ar.keep;
 }
 
 awaitable<bool> client_conn::forward_mcp_response(const forward_exchange& x, response_reader& rp,
