@@ -309,7 +309,7 @@ std::string human_bytes(std::uint64_t n) {
     if (n < 1024) {
         return std::to_string(n) + " B";
     }
-    double v = static_cast<double>(n);
+    auto v = static_cast<double>(n);
     int u = 0;
     while (v >= 1024 && u < 5) {
         v /= 1024;
