@@ -8,17 +8,6 @@
 namespace cordon::config::detail {
 namespace {
 
-// MCP tool names as servers write them: letters, digits and "_-./", 1 to 128 of them.
-bool valid_tool_name(std::string_view s) {
-    if (s.empty() || s.size() > 128) {
-        return false;
-    }
-    return std::all_of(s.begin(), s.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               c == '_' || c == '-' || c == '.' || c == '/';
-    });
-}
-
 // Large enough for any tool call or tools/list seen in practice, small enough that a
 // connection holding one whole message (cordon decides on the whole) costs little.
 constexpr std::uint64_t max_mcp_body = 16ull * 1024 * 1024;
@@ -49,10 +38,11 @@ void loader::load_mcp(const YAML::Node& n, const std::string& path, egress_rule&
             if (!s) {
                 continue;
             }
-            if (!valid_tool_name(*s)) {
+            if (!valid_mcp_tool_name(*s)) {
                 error((*tools)[i], tp,
-                      "'" + *s + "' is not a tool name (1-128 letters, digits, '_', '-', '.', "
-                      "'/'; names are exact, no patterns)");
+                      "'" + *s +
+                          "' is not a tool name (1-128 letters, digits, '_', '-', '.', "
+                          "'/'; names are exact, no patterns)");
             } else if (std::find(m.tools.begin(), m.tools.end(), *s) != m.tools.end()) {
                 error((*tools)[i], tp, "'" + *s + "' listed twice");
             } else {

@@ -38,6 +38,16 @@ bool mcp_spec::allows_tool(std::string_view name) const noexcept {
     return std::binary_search(tools.begin(), tools.end(), name);
 }
 
+bool valid_mcp_tool_name(std::string_view s) noexcept {
+    if (s.empty() || s.size() > 128) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-' || c == '.' || c == '/';
+    });
+}
+
 std::string egress_rule::describe() const {
     std::string out = host ? host->to_string() : net ? net->to_string() : "?";
     out += ':';

@@ -53,9 +53,14 @@ struct credential_spec {
 /// Streamable HTTP); each tools/call is decided on the tool it names.
 struct mcp_spec {
     std::vector<std::string> tools;  ///< the tools a tools/call may name; sorted, unique
-    std::uint64_t max_body = 1024 * 1024;  ///< a request body or one response message above: refused
+    std::uint64_t max_body = 1024 *
+                             1024;  ///< a request body or one response message above: refused
     bool allows_tool(std::string_view name) const noexcept;
 };
+
+/// A name `mcp.tools` may list: 1 to 128 letters, digits and "_-./" (MCP tool names as
+/// servers write them; exact, no patterns).
+bool valid_mcp_tool_name(std::string_view s) noexcept;
 
 /// One egress rule of a job card: a host pattern or a CIDR, ports, protocol.
 struct egress_rule {

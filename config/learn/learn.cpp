@@ -11,6 +11,10 @@ bool is_policy_reason(std::string_view reason) noexcept {
            reason == "http_rule" || reason == "private_address" || reason == "unknown_job";
 }
 
+bool is_tool_reason(std::string_view reason) noexcept {
+    return reason == "mcp_tool" || reason == "mcp_tool_changed";
+}
+
 std::optional<std::vector<config::ip_address>> recorded_addresses(std::string_view text) {
     std::vector<config::ip_address> out;
     while (!text.empty()) {

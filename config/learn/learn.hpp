@@ -54,6 +54,20 @@ struct seen_request {
     std::uint64_t count = 0;
 };
 
+/// Calls of one tool at one MCP server with one outcome: `tool.call` records with `via: "mcp"`
+/// (a tools/call cordon decided on the wire, docs/mcp.md).
+struct seen_tool_call {
+    std::string host;  ///< the call's server, as seen_request::host
+    bool ip_literal = false;
+    std::uint16_t port = 0;
+    std::string tool;  ///< as recorded (JSON escapes kept; suggest checks it can be listed)
+    /// allowed: forwarded (or allowed in a batch another call got refused, mcp_batch);
+    /// would_deny: report mode let through what enforce mode refuses; denied: refused.
+    seen_outcome outcome = seen_outcome::allowed;
+    std::string reason;  ///< mcp_tool or mcp_tool_changed; empty when allowed
+    std::uint64_t count = 0;
+};
+
 /// A name asked of cordon's DNS resolver.
 struct seen_name {
     std::string name;  ///< normalised
@@ -66,7 +80,8 @@ struct seen_traffic {
     std::string job;
     std::vector<seen_request> requests;
     std::vector<seen_name> dns;
-    std::uint64_t sessions = 0;  ///< distinct sessions seen
+    std::vector<seen_tool_call> tool_calls;  ///< by host, port, tool
+    std::uint64_t sessions = 0;              ///< distinct sessions seen
     /// conn.deny records whose reason is not the policy's (kill switch, auth, limits, SNI
     /// mismatch, ...): neither learned nor replayed, counted by reason.
     std::map<std::string, std::uint64_t> not_policy;
@@ -98,6 +113,11 @@ recorded_path fold_path(const recorded_path& p, std::size_t segments);
 /// True for the deny reasons decided by the policy (decide() and check_addresses()), the
 /// only denials suggest learns from and replay re-decides.
 bool is_policy_reason(std::string_view reason) noexcept;
+
+/// True for the reasons an MCP rule refuses a request for its tool calls (mcp_tool,
+/// mcp_tool_changed): the egress rules allowed that request; its calls are learned and
+/// replayed from their tool.call records.
+bool is_tool_reason(std::string_view reason) noexcept;
 
 /// `reason` when it is one of cordon's deny reasons (to_string(deny_reason)), else "other":
 /// reasons read from a file go into comments and tables only in this checked form.

@@ -24,6 +24,10 @@ std::string_view outcome_name(seen_outcome o) {
 }
 
 std::string request_text(const replay_row& r) {
+    if (!r.tool.empty()) {
+        return "tools/call " + r.tool + " (" +
+               (r.kind == config::request_kind::inspected ? "https " : "http ") + r.target + ")";
+    }
     switch (r.kind) {
         case config::request_kind::http:
             return r.method + " http " + r.target + (r.path.empty() ? "" : " " + r.path);
@@ -70,19 +74,27 @@ void rows_json(std::string& out, const std::vector<replay_row>& rows) {
         const replay_row& r = rows[i];
         out += i > 0 ? ",{\"target\":" : "{\"target\":";
         common::append_json_string(out, r.target);
-        out += ",\"kind\":\"";
-        out += kind_name(r.kind);
-        out += "\"";
-        if (r.kind != config::request_kind::connect) {
-            out += ",\"method\":";
-            common::append_json_string(out, r.method);
+        if (!r.tool.empty()) {
+            out += ",\"kind\":\"tool_call\",\"via\":\"";
+            out += kind_name(r.kind);
+            out += "\",\"tool\":";
+            common::append_json_string(out, r.tool);
+            out += ",\"calls\":" + std::to_string(r.count);
+        } else {
+            out += ",\"kind\":\"";
+            out += kind_name(r.kind);
+            out += "\"";
+            if (r.kind != config::request_kind::connect) {
+                out += ",\"method\":";
+                common::append_json_string(out, r.method);
+            }
+            if (!r.path.empty()) {
+                out += ",\"path\":";
+                common::append_json_string(out, r.path);
+            }
+            out += ",\"requests\":" + std::to_string(r.count);
         }
-        if (!r.path.empty()) {
-            out += ",\"path\":";
-            common::append_json_string(out, r.path);
-        }
-        out += ",\"requests\":" + std::to_string(r.count) + ",\"was\":\"" +
-               std::string(outcome_name(r.was)) + "\"";
+        out += ",\"was\":\"" + std::string(outcome_name(r.was)) + "\"";
         if (!r.was_reason.empty()) {
             out += ",\"was_reason\":";
             common::append_json_string(out, known_reason(r.was_reason));
@@ -102,11 +114,23 @@ void rows_json(std::string& out, const std::vector<replay_row>& rows) {
     out.push_back(']');
 }
 
-void rows_table(std::string& out, std::string_view title, const std::vector<replay_row>& rows,
-                std::uint64_t total) {
-    out += std::string(title) + ": " + std::to_string(rows.size()) +
-           (rows.size() == 1 ? " target, " : " targets, ") + std::to_string(total) +
-           (total == 1 ? " request" : " requests") + "\n";
+void rows_table(std::string& out, std::string_view title, const std::vector<replay_row>& rows) {
+    std::uint64_t targets = 0;
+    std::uint64_t total = 0;
+    std::uint64_t tools = 0;
+    std::uint64_t calls = 0;
+    for (const replay_row& r : rows) {
+        (r.tool.empty() ? targets : tools) += 1;
+        (r.tool.empty() ? total : calls) += r.count;
+    }
+    out += std::string(title) + ": " + std::to_string(targets) +
+           (targets == 1 ? " target, " : " targets, ") + std::to_string(total) +
+           (total == 1 ? " request" : " requests");
+    if (tools > 0) {
+        out += ", " + std::to_string(calls) + (calls == 1 ? " tool call" : " tool calls") + " (" +
+               std::to_string(tools) + (tools == 1 ? " tool)" : " tools)");
+    }
+    out += "\n";
     if (rows.empty()) {
         return;
     }
@@ -133,6 +157,91 @@ void rows_table(std::string& out, std::string_view title, const std::vector<repl
         out += "  and " + std::to_string(rows.size() - shown) +
                " more rows (--format json lists them all)\n";
     }
+}
+
+// The requests that carried MCP calls to a server, as the calls are decided again: how they
+// came (inside an inspected tunnel, or plain HTTP), the path of the POSTs most seen there
+// (tool.call records name none), and the non-public addresses recorded for it.
+struct carrier {
+    config::request_kind kind = config::request_kind::http;
+    std::string path;
+    bool path_cut = false;
+    std::string address;
+};
+
+carrier carrier_of(const seen_traffic& seen, const seen_tool_call& c) {
+    carrier out;
+    std::uint64_t best = 0;
+    bool inspected = false;
+    for (const seen_request& r : seen.requests) {
+        if (r.host != c.host || r.port != c.port) {
+            continue;
+        }
+        inspected = inspected || r.kind == config::request_kind::inspected || r.https_rule;
+        if (out.address.empty() && !r.address.empty() && r.outcome != seen_outcome::denied) {
+            out.address = r.address;
+        }
+        if (r.kind != config::request_kind::connect && r.method == "POST" && !r.path.empty() &&
+            r.count > best) {
+            best = r.count;
+            out.path = r.path;
+            out.path_cut = r.path_cut;
+        }
+    }
+    out.kind = inspected ? config::request_kind::inspected : config::request_kind::http;
+    return out;
+}
+
+// The calls of one tool decided under `p`: allowed, or why not (`undetermined` set when the
+// new rule's request rules need a path no record gave).
+struct tool_verdict {
+    config::request_kind kind = config::request_kind::http;  ///< how the calls were carried
+    bool allowed = false;
+    std::string reason;
+    std::string rule;
+    std::string_view undetermined;
+};
+
+tool_verdict decide_tool_call(const seen_traffic& seen, const seen_tool_call& c,
+                              const config::compiled_policy& p) {
+    const carrier car = carrier_of(seen, c);
+    config::decide_args a;
+    a.job = seen.job;
+    a.host = c.host;
+    a.port = c.port;
+    a.kind = car.kind;
+    a.method = "POST";
+    const config::normal_path np = config::normalise_path(car.path.empty() ? "/" : car.path);
+    a.path = np.path;
+    a.path_refused = !np.ok();
+    config::decision d = config::decide(a, p);
+    tool_verdict v;
+    v.kind = car.kind;
+    if ((car.path.empty() || car.path_cut) && d.rule != nullptr && !d.rule->http.empty()) {
+        v.undetermined = "http_rule?";
+    }
+    if (d.allowed() && !c.ip_literal && !car.address.empty()) {
+        if (const auto addrs = recorded_addresses(car.address)) {
+            d = config::check_addresses(d, *addrs);
+        }
+    }
+    if (!d.allowed()) {
+        v.reason = std::string(config::to_string(d.reason));
+        return v;
+    }
+    const config::egress_rule& rule = *d.rule;
+    if (!rule.mcp) {
+        v.allowed = true;
+        v.rule = rule.describe() + " (no mcp: calls not decided)";
+    } else if (!rule.mcp->allows_tool(c.tool)) {
+        v.reason = "mcp_tool";
+    } else if (c.reason == "mcp_tool_changed") {
+        v.reason = "mcp_tool_changed";  // its server's change stands
+    } else {
+        v.allowed = true;
+        v.rule = rule.describe();
+    }
+    return v;
 }
 
 }  // namespace
@@ -222,6 +331,31 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
             it->second.count = r.count;
         }
     }
+    for (const seen_tool_call& c : seen.tool_calls) {
+        out.tool_calls += c.count;
+        const tool_verdict v = decide_tool_call(seen, c, p);
+        const bool was_allowed = c.outcome == seen_outcome::allowed;
+        const bool undetermined = !v.undetermined.empty();
+        if (!undetermined && v.allowed == was_allowed) {
+            (was_allowed ? out.same_tools_allowed : out.same_tools_denied) += c.count;
+            continue;
+        }
+        replay_row row;
+        row.target = config::host_port(c.host, c.port);
+        row.kind = v.kind;
+        row.tool = c.tool;
+        row.was = c.outcome;
+        row.was_reason = c.reason;
+        row.now_allowed = v.allowed && !undetermined;
+        row.now_reason = undetermined ? std::string(v.undetermined) : v.reason;
+        row.now_rule = undetermined ? std::string() : v.rule;
+        const int bucket = undetermined ? 2 : (v.allowed ? 1 : 0);
+        key k{row.target,      static_cast<int>(row.kind),    "tools/call " + row.tool,
+              row.path,        static_cast<int>(row.was),     row.was_reason,
+              row.now_allowed, row.now_reason + row.now_rule, std::to_string(bucket)};
+        auto [it, fresh] = changed.try_emplace(std::move(k), row);
+        it->second.count = fresh ? c.count : it->second.count + c.count;
+    }
     for (auto& [k, row] : changed) {
         const std::string& bucket = std::get<8>(k);
         (bucket == "2" ? out.undetermined : (bucket == "1" ? out.newly_allowed : out.newly_denied))
@@ -237,7 +371,9 @@ replay_result replay(const seen_traffic& seen, const config::compiled_policy& p)
 
 std::string render_table(const replay_result& r, std::string_view source) {
     std::string out = "cordon policy replay: job " + r.job + ", " + std::string(source) +
-                      " against " + std::to_string(r.requests) + " recorded requests";
+                      " against " + std::to_string(r.requests) + " recorded requests" +
+                      (r.tool_calls > 0 ? " and " + std::to_string(r.tool_calls) + " tool calls"
+                                        : std::string());
     if (!r.first_ts.empty()) {
         out += " (" + r.first_ts + " .. " + r.last_ts + ")";
     }
@@ -247,16 +383,16 @@ std::string render_table(const replay_result& r, std::string_view source) {
                "; verdicts are what enforcing it would do\n";
     }
     out += "\n";
-    rows_table(out, "newly denied", r.newly_denied, r.count(r.newly_denied));
+    rows_table(out, "newly denied", r.newly_denied);
     out += "\n";
-    rows_table(out, "newly allowed", r.newly_allowed, r.count(r.newly_allowed));
+    rows_table(out, "newly allowed", r.newly_allowed);
     if (!r.undetermined.empty()) {
         out += "\n";
         rows_table(out,
                    "undetermined (denied for a non-public address that was not recorded, "
                    "which the new rule's resolves_to may cover; or a path not recorded whole, "
                    "which the new rule's request rules need)",
-                   r.undetermined, r.count(r.undetermined));
+                   r.undetermined);
     }
     const auto targets = [](std::uint64_t n) {
         return std::to_string(n) + (n == 1 ? " target" : " targets");
@@ -264,7 +400,12 @@ std::string render_table(const replay_result& r, std::string_view source) {
     out += "\nunchanged: " + std::to_string(r.same_allowed) +
            (r.same_allowed == 1 ? " request" : " requests") + " allowed (" +
            targets(r.same_allowed_targets) + "), " + std::to_string(r.same_denied) + " denied (" +
-           targets(r.same_denied_targets) + ")\n";
+           targets(r.same_denied_targets) + ")";
+    if (r.tool_calls > 0) {
+        out += "; tool calls: " + std::to_string(r.same_tools_allowed) + " allowed, " +
+               std::to_string(r.same_tools_denied) + " denied";
+    }
+    out += "\n";
     return out;
 }
 
@@ -284,7 +425,10 @@ std::string render_json(const replay_result& r, std::string_view source) {
     out += ",\"unchanged\":{\"allowed\":{\"requests\":" + std::to_string(r.same_allowed) +
            ",\"targets\":" + std::to_string(r.same_allowed_targets) +
            "},\"denied\":{\"requests\":" + std::to_string(r.same_denied) +
-           ",\"targets\":" + std::to_string(r.same_denied_targets) + "}},\"first_ts\":";
+           ",\"targets\":" + std::to_string(r.same_denied_targets) +
+           "}},\"tool_calls\":{\"replayed\":" + std::to_string(r.tool_calls) +
+           ",\"unchanged\":{\"allowed\":" + std::to_string(r.same_tools_allowed) +
+           ",\"denied\":" + std::to_string(r.same_tools_denied) + "}},\"first_ts\":";
     common::append_json_string(out, r.first_ts);
     out += ",\"last_ts\":";
     common::append_json_string(out, r.last_ts);

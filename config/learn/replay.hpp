@@ -6,6 +6,13 @@
 // Verdicts compared are enforce-mode verdicts: a request recorded as would-deny (report
 // mode) counts as denied before, and a job in report mode in the new policy is judged by
 // what enforcing it would do.
+//
+// MCP tool calls (learn.hpp's seen_tool_call) are decided too: the request that carried
+// them (a POST to the server's host and port, over plain HTTP or inside an inspected tunnel,
+// as recorded) by decide(), then the tool by the allowing rule's `mcp.tools`. A rule without
+// `mcp` lets every call through undecided (the row says so); a call refused as changed
+// (mcp_tool_changed) stays refused while the rule lists its tool (its server's change
+// stands).
 
 #include <cstdint>
 #include <string>
@@ -30,6 +37,9 @@ struct replay_row {
     bool now_allowed = false;
     std::string now_reason;  ///< deny reason now; empty when allowed
     std::string now_rule;    ///< the allowing rule now ("api.example.com:443/tls")
+    /// Set for the calls of one MCP tool (kind: http or inspected, as they were carried);
+    /// `count` is then of calls.
+    std::string tool;
     std::uint64_t count = 0;
 };
 
@@ -46,6 +56,9 @@ struct replay_result {
     std::uint64_t same_allowed_targets = 0;
     std::uint64_t same_denied_targets = 0;
     std::uint64_t requests = 0;
+    std::uint64_t tool_calls = 0;          ///< MCP tool calls decided again
+    std::uint64_t same_tools_allowed = 0;  ///< tool calls allowed before and now
+    std::uint64_t same_tools_denied = 0;
     bool job_in_report_mode = false;  ///< the new policy's job has `mode: report`
     std::string first_ts;
     std::string last_ts;
@@ -70,7 +83,9 @@ std::string render_table(const replay_result& r, std::string_view source);
 inline constexpr std::size_t max_table_rows = 50;
 
 /// {"job", "policy", "newly_denied": [...], "newly_allowed": [...], "undetermined": [...],
-///  "unchanged": {"allowed": {"requests", "targets"}, "denied": {...}}, "requests", ...}.
+///  "unchanged": {"allowed": {"requests", "targets"}, "denied": {...}}, "requests", ...};
+/// rows of tool calls have kind "tool_call", "tool", "via" (http or inspected) and
+/// "calls"; "tool_calls": {"replayed", "unchanged": {"allowed", "denied"}}.
 std::string render_json(const replay_result& r, std::string_view source);
 
 }  // namespace cordon::learn

@@ -27,6 +27,9 @@ constexpr std::string_view why_private_ip =
     "if this is meant)";
 constexpr std::string_view why_reserved =
     "cordon's own reserved name: cordon answers it and never forwards it";
+constexpr std::string_view why_mcp_without_rule =
+    "MCP tool calls recorded for it, but no request to it through an http or https rule in "
+    "the window: no rule to put them on";
 constexpr std::string_view why_refused_only =
     "every request seen on it with a path was refused by the policy's request rules "
     "(http_rule); nothing to learn that would not let them through";
@@ -46,6 +49,11 @@ struct acc {
     std::map<path_key, std::uint64_t> refused;
     std::uint64_t path_unknown = 0;
     std::set<std::string> credentials;
+    // An MCP server's rule: the tools called at it (mcp_spec), and calls naming none that can
+    // be listed.
+    bool mcp = false;
+    std::map<std::string, learned_tool> tools;
+    std::uint64_t tools_unlisted = 0;
 };
 
 // Names under one registrable domain, as a tree of labels from the right.
@@ -95,6 +103,32 @@ void merge(acc& into, const acc& from) {
     }
     into.path_unknown += from.path_unknown;
     into.credentials.insert(from.credentials.begin(), from.credentials.end());
+    into.mcp = into.mcp || from.mcp;
+    for (const auto& [name, t] : from.tools) {
+        learned_tool& to = into.tools[name];
+        to.name = name;
+        to.counts.allowed += t.counts.allowed;
+        to.counts.would_deny += t.counts.would_deny;
+        to.counts.denied += t.counts.denied;
+        to.changed += t.changed;
+    }
+    into.tools_unlisted += from.tools_unlisted;
+}
+
+// The tool calls of one MCP server added to its rule's accumulator.
+void add_tool_call(acc& a, const seen_tool_call& c) {
+    a.mcp = true;
+    if (!config::valid_mcp_tool_name(c.tool)) {
+        a.tools_unlisted += c.count;
+        return;
+    }
+    learned_tool& t = a.tools[c.tool];
+    t.name = c.tool;
+    if (c.reason == "mcp_tool_changed") {
+        t.changed += c.count;  // the policy listed it; its server redefined it
+    } else {
+        t.counts.add(c.outcome, c.count);
+    }
 }
 
 std::vector<path_request> path_requests(const std::map<path_key, std::uint64_t>& m) {
@@ -142,6 +176,14 @@ suggested_rule make_rule(config::protocol p, const acc& a, const suggest_options
                      [](const auto& x, const auto& y) { return x.count > y.count; });
     refused.resize(std::min<std::size_t>(refused.size(), 3));
     r.refused_examples = std::move(refused);
+    if (a.mcp) {
+        learned_mcp m;
+        for (const auto& [name, t] : a.tools) {
+            m.tools.push_back(t);
+        }
+        m.unlisted = a.tools_unlisted;
+        r.mcp = std::move(m);
+    }
     return r;
 }
 
@@ -254,6 +296,14 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
 
     std::array<std::map<std::string, acc>, 4> names;  // by protocol
     std::array<std::map<std::string, acc>, 4> nets;
+    // MCP servers: the http and https requests to a host and port that carried tool calls,
+    // kept apart (exact, those ports only) to take `mcp`.
+    std::array<std::map<std::string, acc>, 4> mcp_names;
+    std::array<std::map<std::string, acc>, 4> mcp_nets;
+    std::set<std::pair<std::string_view, std::uint16_t>> mcp_servers;
+    for (const seen_tool_call& c : seen.tool_calls) {
+        mcp_servers.emplace(c.host, c.port);
+    }
     // Targets whose TLS cordon terminated: their CONNECTs join the https rule.
     std::set<std::pair<std::string_view, std::uint16_t>> inspected;
     for (const seen_request& r : seen.requests) {
@@ -290,6 +340,9 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
                                        ? config::protocol::https
                                    : r.tcp_rule || r.ip_literal ? config::protocol::tcp
                                                                 : config::protocol::tls;
+        const bool mcp = (p == config::protocol::http || p == config::protocol::https) &&
+                         mcp_servers.contains({r.host, r.port});
+        auto& by_name = mcp ? mcp_names : names;
         acc* a = nullptr;
         if (r.ip_literal) {
             const auto ip = config::parse_ip(r.host);
@@ -300,7 +353,7 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
                 leave_out(r, why_private_ip);
                 continue;
             }
-            a = &nets[static_cast<std::size_t>(p)][host_cidr(*ip)];
+            a = &(mcp ? mcp_nets : nets)[static_cast<std::size_t>(p)][host_cidr(*ip)];
         } else {
             // Addresses on the record mean the policy's own rule for this name let it into
             // non-public space (resolves_to): allowed, or in report mode let through for a
@@ -315,7 +368,7 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
                     continue;
                 }
             }
-            a = &names[static_cast<std::size_t>(p)][r.host];
+            a = &by_name[static_cast<std::size_t>(p)][r.host];
             if (addrs) {
                 for (const config::ip_address& ip : *addrs) {
                     a->addresses.insert(host_cidr(ip));
@@ -347,13 +400,47 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
                  : a->paths)[path_key{r.method, rp->path, r.path_cut || rp->cut}] += r.count;
     }
 
+    // Each MCP server's tool calls go to its rule: the http or https one of its host whose
+    // ports hold the call's.
+    std::map<std::pair<std::string, std::string>, seen_counts> left_calls;
+    for (const seen_tool_call& c : seen.tool_calls) {
+        s.tool_calls.add(c.reason == "mcp_tool_changed" ? seen_outcome::denied : c.outcome,
+                         c.count);
+        std::string key = c.host;
+        if (c.ip_literal) {
+            const auto ip = config::parse_ip(c.host);
+            key = ip ? host_cidr(*ip) : std::string();
+        }
+        bool placed = false;
+        for (const config::protocol p : {config::protocol::https, config::protocol::http}) {
+            auto& m = (c.ip_literal ? mcp_nets : mcp_names)[static_cast<std::size_t>(p)];
+            const auto it = m.find(key);
+            if (it != m.end() && it->second.ports.contains(c.port)) {
+                add_tool_call(it->second, c);
+                placed = true;
+            }
+        }
+        if (!placed) {
+            left_calls[{config::host_port(c.host, c.port), std::string(why_mcp_without_rule)}].add(
+                c.outcome, c.count);
+        }
+    }
+
     for (std::size_t p = 0; p < names.size(); ++p) {
         collapser(static_cast<config::protocol>(p), opts, psl, s.rules).run(names[p]);
-        for (const auto& [net, a] : nets[p]) {
+        for (const auto& [name, a] : mcp_names[p]) {
             suggested_rule r = make_rule(static_cast<config::protocol>(p), a, opts);
-            r.cidr = net;
-            r.key = "~" + net;  // after the names
+            r.host = name;  // never below a wildcard: `mcp` would apply to all its names
+            r.key = reversed_labels(name);
             s.rules.push_back(std::move(r));
+        }
+        for (const auto* m : {&nets[p], &mcp_nets[p]}) {
+            for (const auto& [net, a] : *m) {
+                suggested_rule r = make_rule(static_cast<config::protocol>(p), a, opts);
+                r.cidr = net;
+                r.key = "~" + net;  // after the names
+                s.rules.push_back(std::move(r));
+            }
         }
     }
     // A rule that would let through what request rules refused, with nothing else learned
@@ -373,6 +460,9 @@ suggestion suggest(const seen_traffic& seen, const public_suffix_list& psl,
                      });
     for (auto& [k, c] : left) {
         s.left_out.push_back(not_learned{k.first, k.second, c});
+    }
+    for (auto& [k, c] : left_calls) {
+        s.left_out.push_back(not_learned{k.first, k.second, c, true});
     }
 
     // Each rule's host parsed once: the names (one per distinct name looked up, as many as

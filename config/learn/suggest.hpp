@@ -24,9 +24,16 @@
 //   (http_rule) are never let through by what is learned. A credential cordon injected is
 //   named in a comment, never made part of the rule (its header and format are not
 //   recorded).
+// - MCP servers (`tool.call` records with via "mcp", learn.hpp) get `mcp: { tools: [...] }`
+//   on the http or https rule of their host and port: every tool called, allowed, would-deny
+//   (report mode) or refused with mcp_tool (as denied connections are learned), those
+//   refused named in a comment; one refused as changed (mcp_tool_changed) is kept, with a
+//   comment. Such a rule is exact (never below a wildcard) and holds only the ports that
+//   carried MCP: the host's other ports get a rule of their own.
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -55,6 +62,20 @@ struct seen_counts {
     void add(seen_outcome o, std::uint64_t n) noexcept;
 };
 
+/// The calls of one tool behind a rule's `mcp.tools`.
+struct learned_tool {
+    std::string name;
+    seen_counts counts;         ///< allowed, would-deny and refused (mcp_tool) calls
+    std::uint64_t changed = 0;  ///< refused, or would be, as mcp_tool_changed
+};
+
+/// A rule's `mcp:` part, learned from the tool calls seen at its server.
+struct learned_mcp {
+    std::vector<learned_tool> tools;  ///< by name: `mcp.tools`
+    /// Calls naming a tool no policy can list (not 1-128 letters, digits, "_-./"): left out.
+    std::uint64_t unlisted = 0;
+};
+
 /// One rule of the suggested section, with what it was learned from.
 struct suggested_rule {
     std::string host;                  ///< a name or "*.suffix"; empty for a cidr rule
@@ -75,6 +96,7 @@ struct suggested_rule {
     /// https: the names of the secrets cordon injected on these requests (comment only).
     std::vector<std::string> credentials;
     std::vector<std::string> resolves_to;  ///< "10.20.0.5/32", sorted
+    std::optional<learned_mcp> mcp;        ///< http and https: the server is MCP
     seen_counts counts;
     /// The names a wildcard covers, most requested first (empty for exact rules).
     std::vector<std::pair<std::string, std::uint64_t>> names;
@@ -86,6 +108,7 @@ struct not_learned {
     std::string target;  ///< "host:port"
     std::string why;
     seen_counts counts;
+    bool tool_calls = false;  ///< `counts` are of MCP tool calls, not requests
 };
 
 struct suggestion {
@@ -95,7 +118,8 @@ struct suggestion {
     /// Names asked of cordon's DNS but never requested through the proxy and not covered by
     /// a suggested rule: their ports are unknown, so no rule is made for them.
     std::vector<seen_name> dns_only;
-    seen_counts counts;  ///< of every request read
+    seen_counts counts;      ///< of every request read
+    seen_counts tool_calls;  ///< of every MCP tool call read (changed ones as denied)
     std::uint64_t sessions = 0;
     std::map<std::string, std::uint64_t> not_policy;  ///< copied from seen_traffic
     std::string first_ts;

@@ -10,8 +10,10 @@
 
 namespace cordon::learn {
 namespace {
-std::string counts_text(const seen_counts& c) {
-    std::string out = std::to_string(c.total()) + (c.total() == 1 ? " request" : " requests");
+std::string counts_text(const seen_counts& c, bool tool_calls = false) {
+    std::string out = std::to_string(c.total()) +
+                      (tool_calls ? (c.total() == 1 ? " tool call" : " tool calls")
+                                  : (c.total() == 1 ? " request" : " requests"));
     std::string parts;
     const auto part = [&parts](std::uint64_t n, std::string_view what) {
         if (n > 0) {
@@ -103,6 +105,71 @@ std::string requests_text(std::uint64_t n) {
     return std::to_string(n) + (n == 1 ? " request" : " requests");
 }
 
+std::string calls_text(std::uint64_t n) {
+    return std::to_string(n) + (n == 1 ? " call" : " calls");
+}
+
+// A tool name in `mcp.tools`: plain when YAML reads it back as that string, else quoted.
+// (Learned names are letters, digits and "_-./" only: config::valid_mcp_tool_name.)
+std::string tool_yaml(std::string_view name) {
+    const bool letter = !name.empty() &&
+                        ((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= 'A' && name[0] <= 'Z'));
+    const bool plain = letter && name.find_first_of("./") == std::string_view::npos &&
+                       name != "null" && name != "Null" && name != "NULL";
+    return plain ? std::string(name) : yaml_quoted(name);
+}
+
+std::string mcp_yaml(const learned_mcp& m) {
+    std::string out = "mcp: { tools: [";
+    for (std::size_t i = 0; i < m.tools.size(); ++i) {
+        out += (i == 0 ? "" : ", ") + tool_yaml(m.tools[i].name);
+    }
+    return out + "] }";
+}
+
+// Comments above an MCP server's rule: the tools called, and those to look at twice.
+void mcp_notes(std::string& out, const learned_mcp& m) {
+    std::string called;
+    std::string refused;
+    std::string changed;
+    const auto add = [](std::string& list, const std::string& item) {
+        list += (list.empty() ? "" : ", ") + item;
+    };
+    for (const learned_tool& t : m.tools) {
+        std::string parts;
+        if (t.counts.would_deny > 0) {
+            add(parts, std::to_string(t.counts.would_deny) + " would-deny");
+        }
+        if (t.counts.denied > 0) {
+            add(parts, std::to_string(t.counts.denied) + " refused");
+            add(refused, t.name);
+        }
+        if (t.changed > 0) {
+            add(parts, std::to_string(t.changed) + " changed");
+            add(changed, t.name);
+        }
+        add(called, t.name + " " + std::to_string(t.counts.total() + t.changed) +
+                        (parts.empty() ? "" : " (" + parts + ")"));
+    }
+    out += "  # MCP tools called: " + (called.empty() ? std::string("none listable") : called) +
+           "\n";
+    if (!refused.empty()) {
+        out += "  # refused by the rule's mcp.tools (mcp_tool), learned as denied requests are: " +
+               refused +
+               "\n  # (tools/list hid them from the agent: keep them only if it needs them)\n";
+    }
+    if (!changed.empty()) {
+        out += "  # refused as changed (mcp_tool_changed: redefined by the server within a "
+               "session): " +
+               changed + "\n  # (check the server before keeping them)\n";
+    }
+    if (m.unlisted > 0) {
+        out += "  # " + calls_text(m.unlisted) +
+               " naming a tool no policy can list (1-128 letters, digits, '_', '-', '.', '/'): "
+               "not learned\n";
+    }
+}
+
 // Comments above a rule with request rules: credentials injected, what was kept out.
 void request_notes(std::string& out, const suggested_rule& r) {
     for (const std::string& c : r.credentials) {
@@ -143,6 +210,9 @@ void block_rule(std::string& out, const suggested_rule& r) {
     if (!r.resolves_to.empty()) {
         out += "    resolves_to: " + list_text(r.resolves_to, true) + "\n";
     }
+    if (r.mcp) {
+        out += "    " + mcp_yaml(*r.mcp) + "\n";
+    }
     out += "    http:\n";
     for (const learned_entry& e : r.http) {
         out += "      # " + requests_text(e.requests) + "\n";
@@ -166,8 +236,9 @@ void block_rule(std::string& out, const suggested_rule& r) {
 std::string render_yaml(const suggestion& s) {
     std::string out;
     out += "# Learned by `cordon policy suggest` for job " + comment_safe(s.job) + "\n# from " +
-           counts_text(s.counts) + " of " + std::to_string(s.sessions) +
-           (s.sessions == 1 ? " session" : " sessions");
+           counts_text(s.counts) +
+           (s.tool_calls.total() > 0 ? " and " + counts_text(s.tool_calls, true) : std::string()) +
+           " of " + std::to_string(s.sessions) + (s.sessions == 1 ? " session" : " sessions");
     if (!s.first_ts.empty()) {
         out += ",\n# " + s.first_ts + " .. " + s.last_ts;
     }
@@ -197,6 +268,9 @@ std::string render_yaml(const suggestion& s) {
             out += "  # non-public addresses seen (your current rule's resolves_to let it in); "
                    "widen to the range you mean\n";
         }
+        if (r.mcp) {
+            mcp_notes(out, *r.mcp);
+        }
         request_notes(out, r);
         if (!r.http.empty()) {
             block_rule(out, r);
@@ -218,12 +292,16 @@ std::string render_yaml(const suggestion& s) {
         if (!r.resolves_to.empty()) {
             out += ", resolves_to: " + list_text(r.resolves_to, true);
         }
+        if (r.mcp) {
+            out += ", " + mcp_yaml(*r.mcp);
+        }
         out += " }\n";
     }
     if (!s.left_out.empty()) {
         out += "# Not learned:\n";
         for (const not_learned& n : s.left_out) {
-            out += "#   " + n.target + ", " + counts_text(n.counts) + ": " + n.why + "\n";
+            out += "#   " + n.target + ", " + counts_text(n.counts, n.tool_calls) + ": " + n.why +
+                   "\n";
         }
     }
     if (!s.not_policy.empty()) {
@@ -310,12 +388,37 @@ std::string render_json(const suggestion& s) {
             out += ",\"resolves_to\":";
             strings_json(out, r.resolves_to);
         }
+        if (r.mcp) {
+            out += ",\"mcp\":{\"tools\":[";
+            for (std::size_t k = 0; k < r.mcp->tools.size(); ++k) {
+                out += k > 0 ? "," : "";
+                common::append_json_string(out, r.mcp->tools[k].name);
+            }
+            out += "]}";
+        }
         if (!r.credentials.empty()) {
             out += ",\"credentials_injected\":";
             strings_json(out, r.credentials);
         }
         out += ",\"seen\":";
         counts_json(out, r.counts);
+        if (r.mcp) {
+            // The calls behind each tool: {"search": {"calls", "allowed", "would_deny",
+            // "denied", "changed"}}, and those naming no listable tool.
+            out.pop_back();
+            out += ",\"tools\":{";
+            for (std::size_t k = 0; k < r.mcp->tools.size(); ++k) {
+                const learned_tool& t = r.mcp->tools[k];
+                out += k > 0 ? "," : "";
+                common::append_json_string(out, t.name);
+                out += ":{\"calls\":" + std::to_string(t.counts.total() + t.changed) +
+                       ",\"allowed\":" + std::to_string(t.counts.allowed) +
+                       ",\"would_deny\":" + std::to_string(t.counts.would_deny) +
+                       ",\"denied\":" + std::to_string(t.counts.denied) +
+                       ",\"changed\":" + std::to_string(t.changed) + "}";
+            }
+            out += "},\"tools_unlisted\":" + std::to_string(r.mcp->unlisted) + "}";
+        }
         if (r.refused > 0 || r.paths_not_learned > 0 || r.paths_unknown > 0) {
             out.pop_back();
             out += ",\"refused_by_request_rules\":" + std::to_string(r.refused) +
@@ -344,7 +447,7 @@ std::string render_json(const suggestion& s) {
         common::append_json_string(out, s.left_out[i].why);
         out += ",\"seen\":";
         counts_json(out, s.left_out[i].counts);
-        out += "}";
+        out += s.left_out[i].tool_calls ? ",\"tool_calls\":true}" : "}";
     }
     out += "],\"not_policy\":{";
     bool first = true;
@@ -365,6 +468,8 @@ std::string render_json(const suggestion& s) {
     }
     out += "],\"requests\":";
     counts_json(out, s.counts);
+    out += ",\"tool_calls\":";
+    counts_json(out, s.tool_calls);
     out += ",\"sessions\":" + std::to_string(s.sessions) + ",\"first_ts\":";
     common::append_json_string(out, s.first_ts);
     out += ",\"last_ts\":";

@@ -19,7 +19,15 @@
 namespace cordon::proxy::audit {
 namespace {
 
-enum class kind_of_event : std::uint8_t { other, open, deny, dns_query, dns_deny, http_request };
+enum class kind_of_event : std::uint8_t {
+    other,
+    open,
+    deny,
+    dns_query,
+    dns_deny,
+    http_request,
+    tool_call,
+};
 
 // Distinct paths kept per target, kind and outcome class before the reader folds new ones
 // to their first segment, and that many more before it folds them to "/": an agent that
@@ -46,6 +54,8 @@ struct fields {
     std::string_view path;
     std::string_view repeats;
     std::string_view credential;
+    std::string_view via;   // tool.call: "mcp" when cordon decided it on the wire
+    std::string_view tool;  // tool.call
     bool job_seen = false;
 };
 
@@ -66,6 +76,9 @@ kind_of_event event_kind(std::string_view e) {
     }
     if (e == "http.request") {
         return kind_of_event::http_request;
+    }
+    if (e == "tool.call") {
+        return kind_of_event::tool_call;
     }
     return kind_of_event::other;
 }
@@ -186,6 +199,8 @@ scan_result scan_fields(std::string_view s, fields& f) {
                 if (key == "job") {
                     f.job = value;
                     f.job_seen = true;
+                } else if (key == "via") {
+                    f.via = value;
                 }
                 break;
             case 4:
@@ -195,6 +210,8 @@ scan_result scan_fields(std::string_view s, fields& f) {
                     f.name = value;
                 } else if (key == "path") {
                     f.path = value;
+                } else if (key == "tool") {
+                    f.tool = value;
                 }
                 break;
             case 5:
@@ -282,6 +299,31 @@ std::optional<std::string> simple_unescaped(std::string_view v) {
     return out;
 }
 
+// A record's target ("host:port") as suggest and replay use it: a normalised name, or an IP
+// literal's canonical text (no zone). False when it is not one.
+bool read_target(std::string_view target, std::string& host, bool& ip_literal,
+                 std::uint16_t& port) {
+    const config::target_result t = target.find('\\') == std::string_view::npos
+                                        ? config::parse_connect_target(target)
+                                        : config::target_result{};
+    if (!t.value) {
+        return false;
+    }
+    port = t.value->port;
+    const config::literal lit = config::parse_literal(t.value->host);
+    if (lit.kind == config::literal_kind::ipv4 || lit.kind == config::literal_kind::ipv6) {
+        ip_literal = true;
+        host = lit.zone.empty() ? lit.address.to_string() : std::string();
+        return lit.zone.empty();
+    }
+    if (lit.kind != config::literal_kind::not_ip) {
+        return false;
+    }
+    config::host_result h = config::normalise_host(t.value->host);
+    host = std::move(h.value);
+    return h.ok();
+}
+
 }  // namespace
 
 traffic_collector::traffic_collector(traffic_query q) : q_(std::move(q)) {
@@ -332,10 +374,20 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         used();
         return;
     }
+    if (f.event == kind_of_event::tool_call) {
+        if (add_tool_call(f.target, f.via, f.tool, f.reason, f.would_deny, stats)) {
+            used();
+        }
+        return;
+    }
     const bool inspected = f.event == kind_of_event::http_request;
     learn::seen_outcome outcome = learn::seen_outcome::allowed;
     std::string_view reason;
-    if (f.event == kind_of_event::deny || (inspected && !f.reason.empty())) {
+    // A request an MCP rule refused for its tool calls was allowed by the egress rules: it
+    // counts as allowed here, and its calls as theirs (add_tool_call).
+    const bool tool_refusal = (f.event == kind_of_event::deny || inspected) &&
+                              learn::is_tool_reason(f.reason);
+    if (!tool_refusal && (f.event == kind_of_event::deny || (inspected && !f.reason.empty()))) {
         if (!learn::is_policy_reason(f.reason)) {
             ++not_policy_[std::string(learn::known_reason(f.reason))];
             used();
@@ -426,7 +478,7 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
         entry e;
         learn::seen_request& r = e.request;
         r.outcome = outcome;
-        r.reason = std::string(learn::known_reason(reason));
+        r.reason = reason.empty() ? std::string() : std::string(learn::known_reason(reason));
         r.address = std::string(address);
         r.tcp_rule = tcp_rule;
         r.https_rule = https_rule;
@@ -446,26 +498,7 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
             }
             r.credential = std::string(credential);
         }
-        const config::target_result t = f.target.find('\\') == std::string_view::npos
-                                            ? config::parse_connect_target(f.target)
-                                            : config::target_result{};
-        if (!t.value || !method_ok) {
-            e.skip = true;
-        } else {
-            r.port = t.value->port;
-            const config::literal lit = config::parse_literal(t.value->host);
-            if (lit.kind == config::literal_kind::ipv4 || lit.kind == config::literal_kind::ipv6) {
-                r.ip_literal = true;
-                r.host = lit.zone.empty() ? lit.address.to_string() : std::string();
-                e.skip = !lit.zone.empty();
-            } else if (lit.kind == config::literal_kind::not_ip) {
-                config::host_result h = config::normalise_host(t.value->host);
-                e.skip = !h.ok();
-                r.host = std::move(h.value);
-            } else {
-                e.skip = true;
-            }
-        }
+        e.skip = !method_ok || !read_target(f.target, r.host, r.ip_literal, r.port);
         it = requests_.emplace(key_, std::move(e)).first;
     }
     if (it->second.skip) {
@@ -474,6 +507,45 @@ void traffic_collector::add_line(std::string_view line, traffic_stats& stats) {
     }
     ++it->second.request.count;
     used();
+}
+
+bool traffic_collector::add_tool_call(std::string_view target, std::string_view via,
+                                      std::string_view tool, std::string_view reason,
+                                      std::string_view would_deny, traffic_stats& stats) {
+    if (via != "mcp") {
+        return false;  // posted by the agent's framework: nothing cordon decided
+    }
+    learn::seen_outcome outcome = learn::seen_outcome::allowed;
+    std::string_view why;
+    if (learn::is_tool_reason(reason)) {
+        outcome = learn::seen_outcome::denied;
+        why = reason;
+    } else if (learn::is_tool_reason(would_deny)) {
+        outcome = learn::seen_outcome::would_deny;
+        why = would_deny;
+    }
+    // (mcp_batch: allowed, not forwarded because another call of its batch was refused)
+    key_.clear();
+    key_.push_back(static_cast<char>('0' + static_cast<int>(outcome)));
+    key_.append(target).push_back('\x1f');
+    key_.append(tool).push_back('\x1f');
+    key_.append(why);
+    auto it = tool_calls_.find(key_);
+    if (it == tool_calls_.end()) {
+        tool_entry e;
+        learn::seen_tool_call& c = e.call;
+        c.outcome = outcome;
+        c.reason = std::string(why);
+        c.tool = std::string(tool);
+        e.skip = tool.empty() || !read_target(target, c.host, c.ip_literal, c.port);
+        it = tool_calls_.emplace(key_, std::move(e)).first;
+    }
+    if (it->second.skip) {
+        ++stats.bad_target;
+        return false;
+    }
+    ++it->second.call.count;
+    return true;
 }
 
 void traffic_collector::scan(std::string_view data, traffic_stats& stats) {
@@ -530,6 +602,25 @@ learn::seen_traffic traffic_collector::finish() const {
     for (const auto& [name, n] : dns_) {
         out.dns.push_back(n);
     }
+    for (const auto& [k, e] : tool_calls_) {
+        if (!e.skip) {
+            out.tool_calls.push_back(e.call);
+        }
+    }
+    const auto tool_key = [](const learn::seen_tool_call& c) {
+        return std::tie(c.host, c.port, c.tool, c.outcome, c.reason, c.ip_literal);
+    };
+    std::sort(out.tool_calls.begin(), out.tool_calls.end(),
+              [&](const auto& a, const auto& b) { return tool_key(a) < tool_key(b); });
+    std::vector<learn::seen_tool_call> calls;  // the same call spelt two ways: one
+    for (auto& c : out.tool_calls) {
+        if (!calls.empty() && tool_key(calls.back()) == tool_key(c)) {
+            calls.back().count += c.count;
+        } else {
+            calls.push_back(std::move(c));
+        }
+    }
+    out.tool_calls = std::move(calls);
     std::sort(out.dns.begin(), out.dns.end(),
               [](const auto& a, const auto& b) { return a.name < b.name; });
     out.sessions = sessions_.size();

@@ -28,7 +28,7 @@ struct traffic_stats {
     std::uint64_t files = 0;
     std::uint64_t bytes = 0;       ///< bytes searched
     std::uint64_t lines = 0;       ///< lines of the job read
-    std::uint64_t used = 0;        ///< records counted (conn.*, http.request, dns.*)
+    std::uint64_t used = 0;        ///< records counted (conn.*, http.request, dns.*, tool.call)
     std::uint64_t malformed = 0;   ///< lines of the job that were not audit JSON objects
     std::uint64_t bad_target = 0;  ///< records whose target (or HTTP method) was unusable
     /// New paths folded to their first segment (or "/") past the bound on distinct paths
@@ -36,7 +36,9 @@ struct traffic_stats {
     std::uint64_t paths_folded = 0;
 };
 
-/// Counts the records of one job, line by line. Not thread-safe.
+/// Counts the records of one job, line by line: requests (conn.open, conn.deny,
+/// http.request), DNS queries, and the tool calls cordon decided on MCP rules (tool.call with
+/// via "mcp"). Not thread-safe.
 class traffic_collector {
 public:
     explicit traffic_collector(traffic_query q);
@@ -57,6 +59,13 @@ private:
         learn::seen_request request;
         bool skip = false;  // unparseable target: counted in stats.bad_target once
     };
+    struct tool_entry {
+        learn::seen_tool_call call;
+        bool skip = false;  // unparseable target, no tool
+    };
+    // A tool.call record: counted when via "mcp" (false otherwise, or when unusable).
+    bool add_tool_call(std::string_view target, std::string_view via, std::string_view tool,
+                       std::string_view reason, std::string_view would_deny, traffic_stats& stats);
     traffic_query q_;
     std::string needle_;    // "job":"NAME" as written
     std::string job_json_;  // the job as a JSON string value, without quotes
@@ -67,6 +76,7 @@ private:
     std::unordered_map<std::string, entry> requests_;
     std::unordered_map<std::string, std::size_t> paths_;  // distinct paths per target bucket
     std::unordered_map<std::string, learn::seen_name> dns_;
+    std::unordered_map<std::string, tool_entry> tool_calls_;
     std::unordered_set<std::string> sessions_;
     std::map<std::string, std::uint64_t> not_policy_;
     std::string first_ts_;

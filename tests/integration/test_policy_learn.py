@@ -2,17 +2,20 @@
 "Learning an allowlist"): on a recorded audit fixture with known answers
 (tests/fixtures/policy_learn/), and on the audit of real traffic through a real
 `cordon serve`. The suggested section must pass `cordon check-config` inside a job card, and
-replaying it against the audit it was learned from must deny nothing newly.
+replaying it against the audit it was learned from must deny nothing newly. MCP servers
+(issue 22): `mcp: {tools: [...]}` learned from the tool calls cordon decided, and replayed.
 
 Run: CORDON_BIN=build/cordon python3 -m unittest -v test_policy_learn   (from tests/integration)
 """
 
+import http.client
 import json
 import os
 import subprocess
 import unittest
 
 import harness as H
+import mcp_server as M
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "..", "fixtures", "policy_learn")
@@ -419,6 +422,140 @@ class ReportModeTest(unittest.TestCase):
                          [(f"web.test:{self.http.port}", "POST", "method")])
         self.assertEqual(doc["unchanged"]["allowed"]["requests"], 2)
         self.assertEqual(doc["unchanged"]["denied"]["requests"], 2)
+
+
+def mcp_call(cordon, session, port, tool, arguments, id_):
+    """One tools/call through cordon's proxy (plain HTTP, absolute form) on a connection of
+    its own; returns (status, X-Cordon-Deny)."""
+    host, proxy_port = cordon.proxy_addr
+    conn = http.client.HTTPConnection(host, proxy_port, timeout=10)
+    try:
+        body = {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
+                "params": {"name": tool, "arguments": arguments}}
+        conn.request("POST", f"http://mcp.test:{port}/mcp", body=json.dumps(body), headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Proxy-Authorization": H.basic(session["id"], session["token"])})
+        r = conn.getresponse()
+        r.read()
+        return r.status, r.getheader("X-Cordon-Deny")
+    finally:
+        conn.close()
+
+
+class McpTest(unittest.TestCase):
+    """Tool calls to a real MCP server (mcp_server.py, plain HTTP) through a real `cordon
+    serve`: allowed, refused (mcp_tool) and, for a report-mode job, would-deny. suggest puts
+    every tool called on the server's rule (`mcp: { tools: [...] }`, the refused ones named
+    in a comment); the card passes check-config; replay decides the calls again; enforced,
+    the learned card lets the refused tools through."""
+
+    def setUp(self):
+        self.mcp = M.MCPServer()
+        self.addCleanup(self.mcp.stop)
+        self.dns = H.FakeDNS({"mcp.test": {"A": ["127.0.0.1"]}})
+        self.addCleanup(self.dns.stop)
+        self.tmp = H.TempDir("cordon-it-learn-")
+        self.addCleanup(self.tmp.cleanup)
+        self.c = H.Cordon(self.jobs("[search]"), self.dns.port)
+        self.addCleanup(self.c.cleanup)
+        self.c.start()
+
+    def jobs(self, tools):
+        rule = (f"      - {{ host: mcp.test, ports: [{self.mcp.port}], protocol: http, "
+                f"resolves_to: [127.0.0.0/8], mcp: {{ tools: {tools} }} }}\n")
+        return ("  tooler:\n"
+                "    task: search through one MCP server\n"
+                "    egress:\n" + rule +
+                "  watcher:\n"
+                "    task: the same, reported\n"
+                "    mode: report\n"
+                "    egress:\n" + rule)
+
+    def call(self, session, tool, id_):
+        return mcp_call(self.c, session, self.mcp.port, tool, {"q": "x"}, id_)
+
+    def test_learn_and_replay_tools(self):
+        s = self.c.create_session("tooler")
+        self.assertEqual(self.call(s, "search", 1), (200, None))
+        self.assertEqual(self.call(s, "search", 2), (200, None))
+        self.assertEqual(self.call(s, "fetch_page", 3), (200, "mcp_tool"))
+        self.assertEqual(self.call(s, "delete_repo", 4), (200, "mcp_tool"))
+        w = self.c.create_session("watcher")
+        self.assertEqual(self.call(w, "fetch_page", 5), (200, None))  # would-deny
+        self.assertTrue(self.c.wait_events(lambda e: e["event"] == "tool.call"
+                                           and e.get("via") == "mcp", count=5))
+        self.assertTrue(self.c.wait_events(lambda e: e["event"] == "conn.close", count=3))
+        port = self.mcp.port
+
+        p = cordon("policy", "suggest", "--job", "tooler", "--config", self.c.config_path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(rules(p.stdout), [
+            f'- {{ host: mcp.test, ports: [{port}], protocol: http, methods: [POST], '
+            'resolves_to: ["127.0.0.1/32"], mcp: { tools: [delete_repo, fetch_page, search] } }'])
+        self.assertIn("and 4 tool calls (2 allowed, 2 denied)", p.stdout)
+        self.assertIn("  # MCP tools called: delete_repo 1 (1 refused), fetch_page 1 (1 refused), "
+                      "search 2\n", p.stdout)
+        self.assertIn("  # refused by the rule's mcp.tools (mcp_tool), learned as denied requests "
+                      "are: delete_repo, fetch_page\n", p.stdout)
+        # the requests refused for their calls were allowed by the egress rule
+        self.assertIn("  # 4 requests (4 allowed)\n", p.stdout)
+        self.assertNotIn("Denied for reasons no rule changes", p.stdout)
+        j = cordon("policy", "suggest", "--job", "tooler", "--config", self.c.config_path,
+                   "--format", "json")
+        doc = json.loads(j.stdout)
+        self.assertEqual(doc["egress"][0]["mcp"], {"tools": ["delete_repo", "fetch_page",
+                                                             "search"]})
+        self.assertEqual(doc["egress"][0]["seen"]["tools"]["fetch_page"],
+                         {"calls": 1, "allowed": 0, "would_deny": 0, "denied": 1, "changed": 0})
+        self.assertEqual(doc["tool_calls"], {"requests": 4, "allowed": 2, "would_deny": 0,
+                                             "denied": 2})
+
+        learned = card(self.tmp, "tooler", p.stdout, self.c.audit_dir)
+        c = cordon("check-config", learned)
+        self.assertEqual(c.returncode, 0, c.stdout + c.stderr)
+        r = cordon("policy", "replay", "--config", learned, "--job", "tooler", "--format",
+                   "json")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)  # newly allowed only
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["newly_denied"], [])
+        self.assertEqual(sorted((x["tool"], x["calls"], x["was_reason"], x["rule"])
+                                for x in doc["newly_allowed"]),
+                         [("delete_repo", 1, "mcp_tool", f"mcp.test:{port}/http"),
+                          ("fetch_page", 1, "mcp_tool", f"mcp.test:{port}/http")])
+        self.assertEqual(doc["tool_calls"], {"replayed": 4,
+                                             "unchanged": {"allowed": 2, "denied": 0}})
+        # The policy as it was recorded: no change. One without search: newly denied.
+        r = cordon("policy", "replay", "--config", self.c.config_path, "--job", "tooler")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("and 4 tool calls", r.stdout)
+        self.assertIn("tool calls: 2 allowed, 2 denied", r.stdout)
+        tight = card(self.tmp, "tooler",
+                     f"egress:\n  - {{ host: mcp.test, ports: [{port}], protocol: http, "
+                     'resolves_to: ["127.0.0.1/32"], mcp: { tools: [] } }\n', self.c.audit_dir)
+        r = cordon("policy", "replay", "--config", tight, "--job", "tooler")
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        self.assertIn("newly denied: 0 targets, 0 requests, 2 tool calls (1 tool)", r.stdout)
+        self.assertIn(f"tools/call search (http mcp.test:{port})", r.stdout)
+        self.assertIn("denied mcp_tool", r.stdout)
+
+        # Report mode: the would-deny call is learned.
+        p = cordon("policy", "suggest", "--job", "watcher", "--config", self.c.config_path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("mcp: { tools: [fetch_page] }", p.stdout)
+        self.assertIn("# MCP tools called: fetch_page 1 (1 would-deny)", p.stdout)
+        self.assertIn("and 1 tool call (1 would-deny)", p.stdout)
+
+        # The learned card, enforced (reloaded): the refused tools reach the server.
+        with open(learned) as f:
+            learned_jobs = f.read().split("jobs:\n", 1)[1]
+        self.c.write_policy(learned_jobs)
+        status, _ = self.c.admin("POST", "/v1/reload")
+        self.assertEqual(status, 200)
+        s = self.c.create_session("tooler")
+        self.assertEqual(self.call(s, "fetch_page", 6), (200, None))
+        self.assertEqual(self.call(s, "delete_repo", 7), (200, None))
+        self.assertEqual(self.call(s, "other_tool", 8), (200, "mcp_tool"))
 
 
 if __name__ == "__main__":

@@ -443,3 +443,71 @@ TEST_CASE("audit traffic: distinct paths per target are bounded", "[audit_traffi
     }
     CHECK(learned == 3000);
 }
+
+TEST_CASE("audit traffic: MCP tool calls, and requests refused for their calls",
+          "[audit_traffic]") {
+    const std::string head = R"({"ts":"2026-12-03T10:00:0)";
+    const std::string who = R"(Z","session":"s-1","job":"agent","client":"127.0.0.1:4000",)";
+    std::string data;
+    int n = 0;
+    const auto add = [&](const std::string& rest) {
+        data += head + std::to_string(n++) + ".000" + who + rest + "}\n";
+    };
+    const std::string mcp = R"("event":"tool.call","via":"mcp","server":"mcp.test",)";
+    add(mcp + R"("target":"mcp.test:443","tool":"search","id":"1")");
+    add(mcp + R"("target":"MCP.test:443","tool":"search","id":"2")");  // the same server
+    add(mcp + R"("target":"mcp.test:443","tool":"search","id":"3","reason":"mcp_batch")");
+    add(mcp + R"("target":"mcp.test:443","tool":"delete_repo","id":"4","reason":"mcp_tool")");
+    add(mcp + R"("target":"mcp.test:443","tool":"search","id":"5","reason":"mcp_tool_changed")");
+    add(mcp + R"("target":"mcp.test:80","tool":"fetch_page","id":"6","would_deny":"mcp_tool")");
+    add(mcp + R"("target":"not a target","tool":"search")");
+    add(R"("event":"tool.call","via":"proxy","tool":"note")");  // posted: nothing decided
+    add(R"("event":"conn.deny","reason":"mcp_tool","target":"mcp.test:80","status":200,)"
+        R"("method":"POST")");
+    add(R"("event":"http.request","target":"mcp.test:443","method":"POST","path":"/mcp",)"
+        R"("status":200,"reason":"mcp_tool","bytes_up":10,"bytes_down":20)");
+
+    traffic_query q;
+    q.job = "agent";
+    traffic_collector c(q);
+    traffic_stats stats;
+    c.scan(data, stats);
+    const learn::seen_traffic t = c.finish();
+    CHECK(stats.bad_target == 1);
+    CHECK(stats.used == 8);
+    CHECK(t.not_policy.empty());  // a refusal for a tool is the MCP rule's, not a kill's
+
+    // The requests refused for their calls were allowed by the egress rules.
+    const auto* plain = find(t, "mcp.test", 80);
+    REQUIRE(plain != nullptr);
+    CHECK(plain->kind == config::request_kind::http);
+    CHECK(plain->method == "POST");
+    CHECK(plain->outcome == learn::seen_outcome::allowed);
+    CHECK(plain->reason.empty());
+    const auto* tunnel = find(t, "mcp.test", 443);
+    REQUIRE(tunnel != nullptr);
+    CHECK(tunnel->kind == config::request_kind::inspected);
+    CHECK(tunnel->path == "/mcp");
+    CHECK(tunnel->outcome == learn::seen_outcome::allowed);
+
+    // The calls, by server, tool and outcome.
+    REQUIRE(t.tool_calls.size() == 4);
+    const auto& fetch = t.tool_calls[0];
+    CHECK((fetch.host == "mcp.test" && fetch.port == 80 && fetch.tool == "fetch_page"));
+    CHECK(fetch.outcome == learn::seen_outcome::would_deny);
+    CHECK(fetch.reason == "mcp_tool");
+    const auto& del = t.tool_calls[1];
+    CHECK((del.port == 443 && del.tool == "delete_repo"));
+    CHECK(del.outcome == learn::seen_outcome::denied);
+    CHECK(del.reason == "mcp_tool");
+    CHECK(del.count == 1);
+    const auto& search = t.tool_calls[2];
+    CHECK((search.port == 443 && search.tool == "search"));
+    CHECK(search.outcome == learn::seen_outcome::allowed);  // mcp_batch: allowed, not sent
+    CHECK(search.count == 3);
+    CHECK_FALSE(search.ip_literal);
+    const auto& changed = t.tool_calls[3];
+    CHECK(changed.tool == "search");
+    CHECK(changed.outcome == learn::seen_outcome::denied);
+    CHECK(changed.reason == "mcp_tool_changed");
+}
