@@ -250,6 +250,15 @@ awaitable<bool> client_conn::mcp_request_plain(
                           why);
             co_return false;
         }
+        // The upload budget counts the body as forwarding counts each chunk of one: here all
+        // of it, before anything goes up.
+        if (!session.empty()) {
+            quota_.attach(rt_.usage_for(session));
+        }
+        if (!quota_.admit_chunk(j.limits, body.size())) {
+            co_await deny(st, 403, deny_reason::budget);
+            co_return false;
+        }
     }
     const mcp_plan plan = judge_mcp(rule, j, method, body, has_body, st.log.target, "http");
     if (plan.act == mcp_plan::action::refuse) {

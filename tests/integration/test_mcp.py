@@ -121,6 +121,23 @@ def jobs_yaml():
         "        resolves_to: [127.0.0.0/8]\n"
         "        mcp:\n"
         "          tools: [search, fetch_page]\n"
+        "    identity: { ttl: 30m }\n"
+        "  mcp-frugal:\n"
+        "    task: the same MCP server, with an upload budget\n"
+        "    egress:\n"
+        f"      - host: {HOST}\n"
+        f"        ports: [{PLAIN.port}]\n"
+        "        protocol: http\n"
+        "        resolves_to: [127.0.0.0/8]\n"
+        "        mcp:\n"
+        "          tools: [search, fetch_page]\n"
+        f"      - host: {HOST}\n"
+        f"        ports: [{TLS.port}]\n"
+        "        protocol: https\n"
+        "        resolves_to: [127.0.0.0/8]\n"
+        "        mcp:\n"
+        "          tools: [search, fetch_page]\n"
+        "    limits: { max_bytes_up: 8KiB }\n"
         "    identity: { ttl: 30m }\n")
 
 
@@ -1092,6 +1109,31 @@ class McpReportModeTests(_McpCase):
             r, id_ = c.list_tools()
             self.assertEqual(r.status, 200, r)
             self.assertEqual(self.tool_names(r, id_), ["search", "fetch_page", "delete_repo"])
+
+
+class McpBudgetTests(_McpCase):
+    """An MCP body is read whole before it goes upstream: the session's upload budget
+    (max_bytes_up) counts it all the same, on both paths."""
+
+    def check_budget(self, tls):
+        s = self.session("mcp-frugal")
+        c = self.client(s, tls=tls)
+        m = marker()
+        r, id_ = c.call("search", {"q": m})
+        self.assertCallResult(r, id_, {"q": m})
+        big = marker()
+        r, _ = c.call("search", {"q": big, "pad": "x" * 10000})
+        self.assertEqual((r.status, r.header("X-Cordon-Deny")), (403, "budget"), r)
+        self.assertEqual(self.server_of(tls).find(big), [], "a body over the budget went up")
+
+    def server_of(self, tls):
+        return TLS if tls else PLAIN
+
+    def test_the_budget_counts_a_plain_mcp_body(self):
+        self.check_budget(False)
+
+    def test_the_budget_counts_an_inspected_mcp_body(self):
+        self.check_budget(True)
 
 
 # --------------------------------------------------------------------------------------

@@ -283,9 +283,14 @@ TEST_CASE("deny reasons have stable names", "[decide]") {
     CHECK(to_string(deny_reason::token_revoked) == "token_revoked");
     CHECK(to_string(deny_reason::session_ended) == "session_ended");
     CHECK(to_string(deny_reason::audit_unavailable) == "audit_unavailable");
-    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 5)) == "http_rule");
-    CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 4)) == "upstream_tls");
+    // Appended, never moved: the values are stable (metric label tables are indexed by them).
+    CHECK(to_string(static_cast<deny_reason>(19)) == "http_rule");
+    CHECK(to_string(static_cast<deny_reason>(20)) == "upstream_tls");
+    CHECK(to_string(static_cast<deny_reason>(23)) == "secret_leak");
+    CHECK(to_string(deny_reason::mcp_tool) == "mcp_tool");
+    CHECK(to_string(deny_reason::mcp_tool_changed) == "mcp_tool_changed");
     CHECK(to_string(static_cast<deny_reason>(deny_reason_count - 1)) == "mcp_tool_changed");
+    CHECK(to_string(static_cast<deny_reason>(deny_reason_count)) == "unknown");
 }
 
 TEST_CASE("compiled policy: job lookup and many rules", "[decide]") {

@@ -552,7 +552,7 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
          "sources, identity, filesystem, env, credentials)"},
         {"rule", with_rule("{ host: a.com, ports: [443], bogus: 1 }"), 6, 38, "jobs.j.egress[0]",
          "unknown key 'bogus' (expected one of: host, cidr, ports, protocol, methods, http, "
-         "resolves_to, credential)"},
+         "resolves_to, credential, mcp)"},
         {"limits", with_job("    limits: { bogus: 1 }"), 5, 15, "jobs.j.limits",
          "unknown key 'bogus' (expected one of: max_tunnels, max_bytes_up)"},
         {"identity", with_job("    identity: { bogus: 1 }"), 5, 17, "jobs.j.identity",
