@@ -1,11 +1,14 @@
 // setup_bench's HTTPS modes: an OpenSSL client, one epoll loop for every connection (bench/run
-// rows 10 and 11: TLS inspection against squid's ssl-bump and mitmproxy).
+// rows 10 and 11: TLS inspection against squid's ssl-bump and mitmproxy; row 12: MCP calls).
 //
-//   setup_bench https-get   --target NAME:PORT --ca FILE [--proxy HOST:PORT]
+//   setup_bench https-get   --target NAME:PORT --ca FILE [--proxy HOST:PORT] [--post FILE]
 //       keep-alive: each of --concurrency connections does (CONNECT, 200,) one TLS handshake,
 //       then GETs one after the other, each answer read whole (Content-Length) before the
 //       next request is written. Latency per request: from SSL_write to the answer's last
-//       byte. A connection that fails is counted and opened again.
+//       byte. A connection that fails is counted and opened again. With --post FILE each
+//       request is a POST of FILE's bytes instead (Content-Type: application/json, Accept:
+//       application/json, text/event-stream, as an MCP client sends a JSON-RPC message), the
+//       head and body in one SSL_write.
 //   setup_bench https-setup --target NAME:PORT --ca FILE [--proxy HOST:PORT]
 //       each operation: connect, (CONNECT, 200,) a full TLS handshake (no resumption), one
 //       GET, its answer read whole, close_notify, close. Latency: the whole operation.
@@ -15,7 +18,8 @@
 // common: --concurrency 64 --count 20000 (operations) --seconds 5 --path /
 // Prints one line: "<ops> <seconds> <ops/s> <errors> <p99 µs>". Stops starting operations at
 // --count or --seconds, whichever comes first, then finishes those in flight (hard deadline
-// 30 s past --seconds). Loopback only.
+// 30 s past --seconds). Loopback only. When an answer was not a 200, the last such status
+// line goes to stderr.
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,6 +37,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -99,6 +105,16 @@ int run_https(int argc, char** argv, const std::string& mode) {
     const long count = std::stol(arg(argc, argv, "--count", "20000"));
     const double seconds = std::stod(arg(argc, argv, "--seconds", "5"));
     const std::string path = arg(argc, argv, "--path", "/");
+    const std::string post_file = arg(argc, argv, "--post");
+    std::string post_body;
+    if (!post_file.empty()) {
+        std::ifstream in(post_file, std::ios::binary);
+        if (!in || !keep_alive) {
+            std::fprintf(stderr, "setup_bench: --post needs https-get and a readable FILE\n");
+            return 2;
+        }
+        post_body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
     const auto dest_opt = cordon::bench::addr_of(
         proxy.empty() ? "127.0.0.1:" + target.substr(colon + 1) : proxy);
     if (!dest_opt) {
@@ -108,8 +124,14 @@ int run_https(int argc, char** argv, const std::string& mode) {
     const sockaddr_in dest = *dest_opt;
     const std::string connect_req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target +
                                     "\r\n\r\n";
-    const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + target +
-                                "\r\nUser-Agent: setup_bench\r\nAccept: */*\r\n\r\n";
+    const std::string request =
+        post_file.empty()
+            ? "GET " + path + " HTTP/1.1\r\nHost: " + target +
+                  "\r\nUser-Agent: setup_bench\r\nAccept: */*\r\n\r\n"
+            : "POST " + path + " HTTP/1.1\r\nHost: " + target +
+                  "\r\nUser-Agent: setup_bench\r\nAccept: application/json, text/event-stream"
+                  "\r\nContent-Type: application/json\r\nContent-Length: " +
+                  std::to_string(post_body.size()) + "\r\n\r\n" + post_body;
 
     SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == nullptr || SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr) != 1) {
@@ -130,6 +152,7 @@ int run_https(int argc, char** argv, const std::string& mode) {
     long errors = 0;
     int open_conns = 0;
     unsigned long last_err = 0;
+    std::string last_bad;  // the status line of the last answer that was not a 200
     const auto t0 = steady::now();
     const auto stop_at = t0 + std::chrono::duration<double>(seconds);
     const auto hard_stop = stop_at + std::chrono::seconds(30);
@@ -308,6 +331,10 @@ int run_https(int argc, char** argv, const std::string& mode) {
                     c.in.append(buf, static_cast<std::size_t>(r));
                     const long n = complete_answer(c.in);
                     if (n < 0 || (n > 0 && static_cast<std::size_t>(n) != c.in.size())) {
+                        if (n < 0) {
+                            last_bad = c.in.substr(0,
+                                                   std::min(c.in.find("\r\n"), std::size_t{200}));
+                        }
                         return fail(slot);  // not a 200, or bytes past the answer
                     }
                     if (n == 0) {
@@ -356,6 +383,9 @@ int run_https(int argc, char** argv, const std::string& mode) {
         char text[256];
         ERR_error_string_n(last_err, text, sizeof text);
         std::fprintf(stderr, "setup_bench: last TLS error: %s\n", text);
+    }
+    if (!last_bad.empty()) {
+        std::fprintf(stderr, "setup_bench: last answer not a 200: %s\n", last_bad.c_str());
     }
     std::uint32_t p99 = 0;
     if (!latencies_us.empty()) {
