@@ -254,9 +254,13 @@ private:
     }
 
     void expire_tokens() {
-        auto expired = rt_.sessions.sweep_expired();
+        std::vector<std::string> ended;
+        auto expired = rt_.sessions.sweep_expired(&ended);
         for (const auto& [sid, tid] : expired) {
             rt_.kill.persist_session(sid);
+        }
+        for (const std::string& sid : ended) {
+            rt_.forget_usage(sid);  // its budget and MCP pins: nothing can use them again
         }
         if (!expired.empty()) {
             net::co_spawn(control_, close_expired(rt_, std::move(expired)), net::detached);

@@ -41,19 +41,43 @@ bool empty_value(const json::value& v) {
     return v.is_null() || (v.is_string() && v.as_string().empty());
 }
 
+// A secret named by its sibling rather than its key: {"name": "Authorization", "value": ...},
+// {"key": "DB_PASSWORD", "value": ...} (headers and environments as name/value lists).
+bool names_a_secret(const json::object& o) {
+    for (const std::string_view k : {"name", "key", "header", "field", "variable"}) {
+        const json::value* n = o.if_contains(k);
+        if (n != nullptr && n->is_string() && secret_field_name(std::string_view(n->as_string()))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool is_value_key(std::string_view k) {
+    return k == "value" || k == "val" || k == "content" || k == "data";
+}
+
 void redact_value(json::value& v) {
     if (v.is_string()) {
         v = json::string(redact_string(std::string_view(v.as_string())));
     } else if (v.is_array()) {
-        for (auto& e : v.as_array()) {
+        json::array& a = v.as_array();
+        // ["X-Api-Key", "..."]: a pair whose first names a secret.
+        if (a.size() == 2 && a[0].is_string() &&
+            secret_field_name(std::string_view(a[0].as_string())) && !empty_value(a[1])) {
+            a[1] = redacted;
+        }
+        for (auto& e : a) {
             redact_value(e);
         }
     } else if (v.is_object()) {
+        const bool sibling_secret = names_a_secret(v.as_object());
         json::object out;
         out.reserve(v.as_object().size());
         for (auto& [key, val] : v.as_object()) {
             const std::string_view k(key);
-            if (secret_field_name(k) && !empty_value(val)) {
+            if ((secret_field_name(k) || (sibling_secret && is_value_key(k))) &&
+                !empty_value(val)) {
                 out[redact_string(k)] = redacted;
             } else {
                 redact_value(val);
@@ -117,7 +141,7 @@ std::string redact_urls_in_text(std::string_view text) {
 std::string redact_tool_arguments(std::string_view text) {
     boost::system::error_code ec;
     json::parse_options opts;
-    opts.max_depth = 32;
+    opts.max_depth = 64;  // as deep as an MCP body may nest (proxy/mcp/jsonrpc.hpp)
     json::value v = json::parse(text, ec, {}, opts);
     if (ec) {
         return std::string(redacted);  // cannot happen for checked input; hide it all

@@ -284,7 +284,8 @@ std::size_t session_registry::active_count() const {
     return active_;
 }
 
-std::vector<std::pair<std::string, std::string>> session_registry::sweep_expired() {
+std::vector<std::pair<std::string, std::string>> session_registry::sweep_expired(
+    std::vector<std::string>* ended) {
     const auto now = now_();
     std::vector<std::pair<std::string, std::string>> out;
     std::unique_lock lock(mutex_);
@@ -303,6 +304,9 @@ std::vector<std::pair<std::string, std::string>> session_registry::sweep_expired
             s.end_reason = std::string(expired_reason);
             s.ended_at = now;
             --active_;
+            if (ended != nullptr) {
+                ended->push_back(s.id);
+            }
         }
     }
     lock.unlock();

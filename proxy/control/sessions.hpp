@@ -204,7 +204,10 @@ public:
     /// not been reported by an earlier call, as (session id, token id) sorted, each reported
     /// once: the caller closes the tunnels opened with them. Also ends, with reason "expired",
     /// the active sessions whose tokens have all expired. Call from a timer. Cost: O(sessions).
-    std::vector<std::pair<std::string, std::string>> sweep_expired();
+    /// `ended`, when given, receives the ids of the sessions this sweep ended (their per-session
+    /// state elsewhere, usage and MCP pins, can go).
+    std::vector<std::pair<std::string, std::string>> sweep_expired(
+        std::vector<std::string>* ended = nullptr);
 
     /// Forgets ended and killed sessions whose ended_at is at least `keep` ago, so memory stays
     /// bounded; returns how many. Call from a timer. After this, their ids are unknown

@@ -154,7 +154,9 @@ awaitable<void> client_conn::serve_inspected(
             reason = rh.error == beast::error::timeout ? "idle_timeout" : "eof";
             break;
         }
-        const std::string_view head(static_cast<const char*>(cbuf.data().data()), rh.head_len);
+        // A view into cbuf: valid until cbuf is read into again (the MCP body below is read
+        // before the head is rebuilt, so there it is kept first).
+        std::string_view head(static_cast<const char*>(cbuf.data().data()), rh.head_len);
         parser.header_limit(static_cast<std::uint32_t>(ps.max_header_bytes));
         parser.body_limit(boost::none);
         error_code pec;
@@ -283,7 +285,10 @@ awaitable<void> client_conn::serve_inspected(
                                                   ? md.effective.rule
                                                   : nullptr;
         std::string mcp_body;
+        std::string head_kept;
         if (mcp_rule != nullptr) {
+            head_kept.assign(head);
+            head = head_kept;
             const inspected_mcp_request mr{*mcp_rule, j,       req_method, audit_path,
                                            has_body,  upgrade, secrets,    f.window};
             if (!co_await mcp_request_inspected(cs, cbuf, parser, st, mr, mcp_body, reason)) {

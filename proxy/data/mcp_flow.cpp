@@ -38,6 +38,11 @@ mcp_answer_mode mcp_mode_of(const response_reader& rp, std::string_view& why) {
     const std::string_view type = first_field_value(lines, "content-type");
     const bool events = mcp::is_event_stream_type(type);
     const bool json = !events && mcp::is_json_type(type);
+    if ((events || json) && !mcp::utf8_charset(type)) {
+        why = "the MCP server answered in a charset other than UTF-8, which cordon does not "
+              "read: not passed on";
+        return mcp_answer_mode::refused;
+    }
     if (!events && !json) {
         if (rp.status() >= 200 && rp.status() < 300) {
             why = "the MCP server answered with a body that is neither JSON nor an event "
@@ -229,6 +234,12 @@ awaitable<bool> client_conn::mcp_request_plain(
     }
     if (has_body) {
         const std::size_t max = rule.mcp->max_body;
+        if (const std::string_view why = mcp::request_type_refusal(
+                req[http::field::content_type], req[http::field::content_encoding]);
+            !why.empty()) {
+            co_await deny(st, 415, deny_reason::bad_request, why);
+            co_return false;
+        }
         if (const auto e = req.find(http::field::expect);
             e != req.end() && beast::iequals(e->value(), "100-continue") && !parser.is_done()) {
             // The body is needed before anything is dialled: the client is told to send it.
@@ -289,6 +300,15 @@ awaitable<bool> client_conn::mcp_request_inspected(tls_stream& cs, beast::flat_b
     }
     if (r.has_body) {
         const std::size_t max = r.rule.mcp->max_body;
+        const auto& req = parser.get();
+        if (const std::string_view why = mcp::request_type_refusal(
+                req[http::field::content_type], req[http::field::content_encoding]);
+            !why.empty()) {
+            co_await refuse_inspected(cs, st, 415, deny_reason::bad_request, r.method, r.audit_path,
+                                      why);
+            reason = "bad_request";
+            co_return false;
+        }
         const whole_end we = co_await read_whole_body(cs, cbuf, parser, parser.get().body(), max,
                                                       ps.idle_timeout, body, r.window);
         if (we != whole_end::done) {

@@ -365,4 +365,67 @@ bool is_event_stream_type(std::string_view content_type) noexcept {
     }
 }
 
+bool utf8_charset(std::string_view v) noexcept {
+    // Parameters after the media type: ";" name "=" value, value maybe quoted.
+    std::size_t at = v.find(';');
+    while (at != std::string_view::npos) {
+        std::string_view p = v.substr(at + 1);
+        const std::size_t next = p.find(';');
+        p = p.substr(0, next);
+        while (!p.empty() && (p.front() == ' ' || p.front() == '\t')) {
+            p.remove_prefix(1);
+        }
+        while (!p.empty() && (p.back() == ' ' || p.back() == '\t')) {
+            p.remove_suffix(1);
+        }
+        const std::size_t eq = p.find('=');
+        std::string_view name = p.substr(0, eq);
+        while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) {
+            name.remove_suffix(1);
+        }
+        if (name.size() == 7 && (name[0] | 0x20) == 'c' && (name[1] | 0x20) == 'h' &&
+            (name[2] | 0x20) == 'a' && (name[3] | 0x20) == 'r' && (name[4] | 0x20) == 's' &&
+            (name[5] | 0x20) == 'e' && (name[6] | 0x20) == 't') {
+            std::string_view value = eq == std::string_view::npos ? "" : p.substr(eq + 1);
+            while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+                value.remove_prefix(1);
+            }
+            if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+                value = value.substr(1, value.size() - 2);
+            }
+            const bool utf8 = value.size() == 5 && (value[0] | 0x20) == 'u' &&
+                              (value[1] | 0x20) == 't' && (value[2] | 0x20) == 'f' &&
+                              value[3] == '-' && value[4] == '8';
+            if (!utf8) {
+                return false;
+            }
+        }
+        if (next == std::string_view::npos) {
+            break;
+        }
+        at += 1 + next;
+    }
+    return true;
+}
+
+std::string_view request_type_refusal(std::string_view content_type,
+                                      std::string_view content_encoding) noexcept {
+    if (!is_json_type(content_type)) {
+        return "an MCP request body is JSON (Content-Type: application/json)";
+    }
+    if (!utf8_charset(content_type)) {
+        return "an MCP request body is UTF-8: no charset but utf-8";
+    }
+    while (!content_encoding.empty() &&
+           (content_encoding.front() == ' ' || content_encoding.front() == '\t')) {
+        content_encoding.remove_prefix(1);
+    }
+    if (!content_encoding.empty() &&
+        !(content_encoding.size() == 8 && (content_encoding[0] | 0x20) == 'i' &&
+          content_encoding.substr(1) == "dentity")) {
+        return "an MCP request body is not encoded (no Content-Encoding)";
+    }
+    return {};
+}
+
 }  // namespace cordon::proxy::mcp

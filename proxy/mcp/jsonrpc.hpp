@@ -90,5 +90,13 @@ std::string refusal_head(config::deny_reason reason, std::size_t body_size);
 /// Whether a Content-Type value names JSON (application/json, any +json) or an event stream.
 bool is_json_type(std::string_view content_type) noexcept;
 bool is_event_stream_type(std::string_view content_type) noexcept;
+/// True when the value has no charset parameter or charset=utf-8 (any case, quoted or not):
+/// what cordon reads is UTF-8, and a server that decodes another charset (utf-7 turns
+/// "+ACI-" into a quote) would read another message.
+bool utf8_charset(std::string_view content_type) noexcept;
+/// Why a client's body of this Content-Type and Content-Encoding is not read as JSON-RPC
+/// (a 415), or "" when it is: JSON in UTF-8, not encoded.
+std::string_view request_type_refusal(std::string_view content_type,
+                                      std::string_view content_encoding) noexcept;
 
 }  // namespace cordon::proxy::mcp

@@ -57,7 +57,10 @@ bool sse_filter::feed(std::string_view chunk, std::string& out) {
             }
             continue;
         }
-        line_done(begin, end);
+        if (!line_done(begin, end)) {
+            failed_ = true;
+            return false;
+        }
     }
     if (pending_.size() > max_event_) {
         failed_ = true;
@@ -67,15 +70,23 @@ bool sse_filter::feed(std::string_view chunk, std::string& out) {
     return true;
 }
 
-void sse_filter::line_done(std::size_t begin, std::size_t end) {
+bool sse_filter::line_done(std::size_t begin, std::size_t end) {
     const std::string_view line(pending_.data() + begin, end - begin);
     if (line.front() == ':') {
-        return;  // a comment
+        return true;  // a comment
     }
     const std::size_t colon = line.find(':');
     const std::string_view field = line.substr(0, colon);
+    if (field == "event" || field == "id" || field == "retry") {
+        return true;
+    }
     if (field != "data") {
-        return;  // event, id, retry, or a field clients ignore
+        // A field the standard names nowhere: clients ignore it, or (some parsers strip
+        // what they take for a byte order mark, "\xC3\xAF\xC2\xBB\xC2\xBF" among them) read
+        // data in it that cordon did not. Nothing a server needs: refused.
+        error_ = "an event field cordon does not know (only data, event, id, retry and "
+                 "comments)";
+        return false;
     }
     std::string_view value = colon == std::string_view::npos ? std::string_view()
                                                              : line.substr(colon + 1);
@@ -87,6 +98,7 @@ void sse_filter::line_done(std::size_t begin, std::size_t end) {
     }
     data_.append(value);
     has_data_ = true;
+    return true;
 }
 
 bool sse_filter::event_done(std::string& out) {

@@ -33,7 +33,7 @@ public:
     std::size_t events() const noexcept { return events_; }
 
 private:
-    void line_done(std::size_t begin, std::size_t end);
+    bool line_done(std::size_t begin, std::size_t end);
     bool event_done(std::string& out);
 
     std::size_t max_event_;

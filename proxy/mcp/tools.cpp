@@ -5,6 +5,8 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <unordered_set>
 
 #include "proxy/mcp/jsonrpc.hpp"
 
@@ -59,13 +61,6 @@ tool_digest digest(const json::value& definition) {
     return d;
 }
 
-std::string pin_key(std::string_view server, std::string_view tool) {
-    std::string k(server);
-    k.push_back('\n');
-    k.append(tool);
-    return k;
-}
-
 // A tools/list result: {"tools": [{"name": ...}, ...], ...}.
 json::array* tools_of(json::value& msg) {
     json::object* o = msg.if_object();
@@ -80,8 +75,28 @@ json::array* tools_of(json::value& msg) {
     return tools != nullptr && tools->is_array() ? &tools->get_array() : nullptr;
 }
 
-// Filters one message in place; true when it changed.
-bool filter_one(json::value& msg, const filter_context& ctx, filter_result& r) {
+// A number no JSON text can hold (1e999 parses to infinity): a rewritten message could not
+// carry it.
+bool finite_numbers(const json::value& v) {
+    if (const double* d = v.if_double()) {
+        return std::isfinite(*d);
+    }
+    if (const json::object* o = v.if_object()) {
+        return std::all_of(o->begin(), o->end(), [](const json::key_value_pair& kv) {
+            return finite_numbers(kv.value());
+        });
+    }
+    if (const json::array* a = v.if_array()) {
+        return std::all_of(a->begin(), a->end(),
+                           [](const json::value& x) { return finite_numbers(x); });
+    }
+    return true;
+}
+
+// Filters one message in place; true when it changed. `reported` holds the tools already
+// named in r.changes (a list of 40,000 tools costs one pass, not a pass per tool).
+bool filter_one(json::value& msg, const filter_context& ctx, filter_result& r,
+                std::unordered_set<std::string>& reported) {
     json::array* tools = tools_of(msg);
     if (tools == nullptr) {
         return false;
@@ -90,23 +105,29 @@ bool filter_one(json::value& msg, const filter_context& ctx, filter_result& r) {
     for (json::value& t : *tools) {
         const json::object* def = t.if_object();
         const json::value* name = def != nullptr ? def->if_contains("name") : nullptr;
-        if (name == nullptr || !name->is_string()) {
+        const std::string_view tool = name != nullptr && name->is_string()
+                                          ? std::string_view(name->get_string().data(),
+                                                             name->get_string().size())
+                                          : std::string_view();
+        if (!config::valid_mcp_tool_name(tool)) {
+            // No policy can name it, so no call of it is ever forwarded: never pinned (its
+            // name could be megabytes), never shown.
             if (ctx.report) {
                 kept.push_back(std::move(t));
             } else {
-                ++r.removed;  // not a tool anyone can call by name
+                ++r.removed;
             }
             continue;
         }
-        const std::string_view tool(name->get_string().data(), name->get_string().size());
         bool holds = true;
         if (ctx.pins != nullptr) {
             const pin_store::pin p = ctx.pins->observe(ctx.session, ctx.server, tool, digest(t));
             holds = p == pin_store::pin::first || p == pin_store::pin::same;
-            if ((p == pin_store::pin::full || p == pin_store::pin::changed) &&
-                std::none_of(r.changes.begin(), r.changes.end(),
-                             [&](const change& c) { return c.tool == tool; })) {
+            const bool report_it = p == pin_store::pin::changed ||
+                                   (p == pin_store::pin::full && !r.full_reported);
+            if (report_it && reported.insert(std::string(tool)).second) {
                 r.changes.push_back(change{std::string(tool), p == pin_store::pin::full});
+                r.full_reported = r.full_reported || p == pin_store::pin::full;
             }
         }
         if (ctx.report || (holds && ctx.spec.allows_tool(tool))) {
@@ -127,15 +148,14 @@ bool filter_one(json::value& msg, const filter_context& ctx, filter_result& r) {
 pin_store::pin pin_store::observe(std::string_view session, std::string_view server,
                                   std::string_view tool, const tool_digest& d) {
     const std::lock_guard lock(m_);
-    session_pins& s = by_session_[std::string(session)];
-    const std::string key = pin_key(server, tool);
-    const auto it = s.tools.find(key);
+    server_pins& s = by_session_[std::string(session)][std::string(server)];
+    const auto it = s.tools.find(std::string(tool));
     if (it == s.tools.end()) {
-        if (s.tools.size() >= max_per_session_) {
+        if (s.tools.size() >= max_per_server_) {
             s.full = true;
             return pin::full;
         }
-        s.tools.emplace(key, entry{d, false});
+        s.tools.emplace(std::string(tool), entry{d, false});
         return pin::first;
     }
     if (it->second.changed) {
@@ -155,11 +175,15 @@ bool pin_store::changed(std::string_view session, std::string_view server,
     if (s == by_session_.end()) {
         return false;
     }
-    const auto it = s->second.tools.find(pin_key(server, tool));
-    if (it == s->second.tools.end()) {
+    const auto srv = s->second.find(std::string(server));
+    if (srv == s->second.end()) {
+        return false;
+    }
+    const auto it = srv->second.tools.find(std::string(tool));
+    if (it == srv->second.tools.end()) {
         // Never listed: a call before any tools/list pins nothing; one past the bound is
         // refused, since its definition could not be kept.
-        return s->second.full;
+        return srv->second.full;
     }
     return it->second.changed;
 }
@@ -203,13 +227,19 @@ filter_result filter_server_message(std::string_view text, const filter_context&
         r.error = "not a JSON text (" + ec.message() + ")";
         return r;
     }
+    if (!finite_numbers(v)) {
+        r.ok = false;
+        r.error = "a number out of range";
+        return r;
+    }
     bool changed = false;
+    std::unordered_set<std::string> reported;
     if (json::array* batch = v.if_array()) {
         for (json::value& m : *batch) {
-            changed = filter_one(m, ctx, r) || changed;
+            changed = filter_one(m, ctx, r, reported) || changed;
         }
     } else {
-        changed = filter_one(v, ctx, r);
+        changed = filter_one(v, ctx, r, reported);
     }
     if (changed) {
         out = json::serialize(v);

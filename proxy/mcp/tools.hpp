@@ -26,16 +26,17 @@ using tool_digest = std::array<std::uint8_t, 32>;
 /// the session ends (forget); a pin that changed stays changed.
 class pin_store {
 public:
-    /// At most this many tools pinned per session (over all its servers): a server listing
-    /// more cannot grow cordon's memory; the tools past it are treated as changed.
-    explicit pin_store(std::size_t max_per_session = 4096) : max_per_session_(max_per_session) {}
+    /// At most this many tools pinned per session and server (names of at most 128 bytes):
+    /// a server listing more cannot grow cordon's memory, nor crowd out another server's
+    /// pins; its tools past the bound are treated as changed.
+    explicit pin_store(std::size_t max_per_server = 4096) : max_per_server_(max_per_server) {}
 
     enum class pin : std::uint8_t {
         first,        ///< not seen before in this session: pinned now
         same,         ///< as pinned
         changed,      ///< differs from the pin: it broke now
         was_changed,  ///< broke earlier in the session (a pin that changed stays changed)
-        full,         ///< the session has max_per_session pins: refused as changed
+        full,         ///< max_per_server pins at this server already: refused as changed
     };
     pin observe(std::string_view session, std::string_view server, std::string_view tool,
                 const tool_digest& d);
@@ -49,13 +50,14 @@ private:
         tool_digest digest{};
         bool changed = false;
     };
-    struct session_pins {
-        std::unordered_map<std::string, entry> tools;  // server + '\n' + tool
+    struct server_pins {
+        std::unordered_map<std::string, entry> tools;
         bool full = false;
     };
+    using session_pins = std::unordered_map<std::string, server_pins>;  // by server
     mutable std::mutex m_;
     std::unordered_map<std::string, session_pins> by_session_;
-    std::size_t max_per_session_;
+    std::size_t max_per_server_;
 };
 
 /// A tool seen changed while filtering (for the mcp.tool_changed record and the alert).
@@ -79,6 +81,7 @@ struct filter_result {
     bool rewritten = false;       ///< `out` holds the message to pass on instead
     std::size_t removed = 0;      ///< tools taken out of a tools/list result
     std::vector<change> changes;  ///< pins that broke with this message
+    bool full_reported = false;   ///< one change of kind full per message is enough
     std::string error;
 };
 

@@ -217,3 +217,28 @@ TEST_CASE("tool events: the reserved name", "[tool_event]") {
     CHECK_FALSE(targets_reserved_host("cordon.events", true));  // no port: not a target
     CHECK_FALSE(targets_reserved_host("api.example.com:443", true));
 }
+
+TEST_CASE("tool events: secrets named by a sibling, and deep arguments", "[tool_event]") {
+    const std::string a = redact_tool_arguments(
+        R"({"headers":[{"name":"Authorization","value":"Basic dXNlcjpodW50ZXIy"},)"
+        R"({"name":"Accept","value":"text/html"}],"env":[{"key":"DB_PASSWORD","value":"hunter2-prod"}],)"
+        R"("pairs":[["X-Api-Key","Zq8vN3cR1xT7"],["page","2"]]})");
+    CHECK(a.find("dXNlcjpodW50ZXIy") == std::string::npos);
+    CHECK(a.find("hunter2-prod") == std::string::npos);
+    CHECK(a.find("Zq8vN3cR1xT7") == std::string::npos);
+    CHECK(a.find("text/html") != std::string::npos);  // what names no secret stays
+    CHECK(a.find(R"(["page","2"])") != std::string::npos);
+    // As deep as an MCP body may nest: read, not hidden whole.
+    const std::string deep = std::string(60, '[') + R"("http://attacker.example/collect?d=1")" +
+                             std::string(60, ']');
+    CHECK(redact_tool_arguments(deep).find("attacker.example") != std::string::npos);
+    // The MCP form: redacted and bounded as posted events are.
+    const tool_event e = tool_event_of("search", R"({"api_key":"sk-x","q":"y"})");
+    CHECK(e.tool == "search");
+    CHECK(e.arguments == R"({"api_key":"REDACTED","q":"y"})");
+    CHECK_FALSE(e.truncated);
+    CHECK(tool_event_of("search", "").arguments.empty());
+    const tool_event big = tool_event_of("t", "[\"" + std::string(20000, 'a') + "\"]");
+    CHECK(big.truncated);
+    CHECK(big.arguments.size() <= max_arguments_bytes);
+}

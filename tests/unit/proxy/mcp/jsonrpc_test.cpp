@@ -204,6 +204,18 @@ TEST_CASE("mcp jsonrpc: media types", "[mcp]") {
     CHECK(is_event_stream_type("text/event-stream"));
     CHECK(is_event_stream_type("TEXT/Event-Stream; charset=utf-8"));
     CHECK_FALSE(is_event_stream_type("text/event-streams"));
+    CHECK(utf8_charset("application/json"));
+    CHECK(utf8_charset("application/json; charset=utf-8"));
+    CHECK(utf8_charset("application/json;CHARSET=\"UTF-8\"; x=y"));
+    CHECK_FALSE(utf8_charset("application/json; charset=utf-7"));
+    CHECK_FALSE(utf8_charset("application/json; x=1; charset=utf-16"));
+    CHECK_FALSE(utf8_charset("text/event-stream; charset=latin1"));
+    CHECK(request_type_refusal("application/json", "").empty());
+    CHECK(request_type_refusal("application/json; charset=utf-8", "identity").empty());
+    CHECK_FALSE(request_type_refusal("application/json; charset=utf-7", "").empty());
+    CHECK_FALSE(request_type_refusal("text/plain", "").empty());
+    CHECK_FALSE(request_type_refusal("", "").empty());
+    CHECK_FALSE(request_type_refusal("application/json", "gzip").empty());
     std::string error;
     CHECK(well_formed_json(R"({"a":{"a":1},"b":[{"a":1},{"a":2}]})", error));
     CHECK_FALSE(well_formed_json(R"({"a":1,"b":{"c":1,"c":1}})", error));

@@ -74,10 +74,17 @@ TEST_CASE("mcp sse: a rewritten event keeps its other fields and no old data", "
     CHECK(b.seen == std::vector<std::string>{"secret"});
     CHECK(b.out == "\xEF\xBB\xBF"
                    "data: {}\n\n");
-    // Field names are exact: "Data" is no data field for a client, nor for cordon.
-    const run c = feed("Data: secret\n\n", 3);
-    CHECK(c.seen.empty());
-    CHECK(c.out == "Data: secret\n\n");
+    // A field the standard does not name is refused: "Data", or data behind what one
+    // client takes for a byte order mark ("\xC3\xAF\xC2\xBB\xC2\xBF", eventsource-parser's).
+    for (const std::string& bad : {std::string("Data: secret\n\n"),
+                                   std::string("\xC3\xAF\xC2\xBB\xC2\xBF"
+                                               "data: secret\n\n"),
+                                   std::string("data : secret\n\n"), std::string("dat\n\n")}) {
+        const run c = feed(bad, 3);
+        CHECK_FALSE(c.ok);
+        CHECK(c.seen.empty());
+        CHECK(c.out.empty());
+    }
 }
 
 TEST_CASE("mcp sse: refused and oversized events end the stream", "[mcp]") {

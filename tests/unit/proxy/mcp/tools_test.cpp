@@ -140,6 +140,31 @@ TEST_CASE("mcp tools: a session's pins are bounded", "[mcp]") {
     CHECK_FALSE(pins.changed("s", "h", "a"));  // the pinned ones still hold
     CHECK(pins.observe("s", "h", "a", d) == pin_store::pin::same);
     CHECK(pins.observe("t", "h", "c", d) == pin_store::pin::first);
+    // One server filling its pins crowds out no other server's.
+    CHECK(pins.observe("s", "other", "c", d) == pin_store::pin::first);
+    CHECK_FALSE(pins.changed("s", "other", "search"));
+
+    // A list of many tools past the bound: one pass, one change reported, nothing listed
+    // past it; names no policy can hold are never pinned.
+    cordon::config::mcp_spec s;
+    s.tools = {"t0", "t1"};
+    pin_store few(2);
+    const filter_context ctx{s, false, &few, "s", "h"};
+    std::string tools;
+    for (int i = 0; i < 20000; ++i) {
+        tools += (i ? "," : "") + std::string(R"({"name":"t)") + std::to_string(i) + "\"}";
+    }
+    tools += R"(,{"name":")" + std::string(100000, 'x') + "\"}";
+    std::string out;
+    const filter_result r = filter_server_message(list(tools), ctx, out);
+    REQUIRE(r.ok);
+    CHECK(r.changes.size() == 1);
+    CHECK(r.changes[0].full);
+    CHECK(names(out) == std::vector<std::string>{"t0", "t1"});
+    // 1e999 cannot be written back: the message is not passed on.
+    CHECK_FALSE(filter_server_message(
+                    R"({"jsonrpc":"2.0","id":1e999,"result":{"tools":[{"name":"x"}]}})", ctx, out)
+                    .ok);
     // Digests: members in any order, _meta only at the top left out.
     CHECK(digest_of_definition(R"({"a":1,"b":{"x":1,"y":2}})") ==
           digest_of_definition(R"({"b":{"y":2,"x":1},"a":1,"_meta":{}})"));
