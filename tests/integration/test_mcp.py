@@ -29,8 +29,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import ssl
 import subprocess
+import time
 import unittest
 import urllib.request
 import uuid
@@ -1109,6 +1111,61 @@ class McpReportModeTests(_McpCase):
             r, id_ = c.list_tools()
             self.assertEqual(r.status, 200, r)
             self.assertEqual(self.tool_names(r, id_), ["search", "fetch_page", "delete_repo"])
+
+
+class McpReadAsTheServerReadsTests(_McpCase):
+    """What cordon decides on must be what the server executes (the adversarial review)."""
+
+    UTF7_BODY = ('{"jsonrpc":"2.0","id":61,"method":"tools/call","params":{"name":"search",'
+                 '"arguments":{"q":"+ACIAfQAsACI-name+ACI-:+ACI-delete_repo+ACI-"}}}')
+
+    def test_a_body_in_another_charset_is_refused(self):
+        # Parsed as UTF-8 it calls search; a server that honours charset=utf-7 (body-parser,
+        # as the official SDK's express app) reads a call of delete_repo.
+        for tls in (False, True):
+            c = McpClient(self.session(), tls=tls)
+            self.clients.append(c)
+            for ctype in ("application/json; charset=utf-7", "application/json;charset=UTF-16",
+                          "text/plain"):
+                r = c.post(self.UTF7_BODY.encode(), headers={"Content-Type": ctype})
+                self.assertEqual((r.status, r.deny), (415, "bad_request"), (tls, ctype, r))
+            self.assertEqual(self.server(tls).find("ACIAfQAsACI"), [])
+
+    def server(self, tls):
+        return TLS if tls else PLAIN
+
+    def test_an_inspected_head_sent_apart_from_its_body_goes_up_whole(self):
+        # The body read whole after the head, into the same buffer: the head must still be
+        # the client's when it goes upstream.
+        s = self.session()
+        m = marker()
+        body = json.dumps(call_msg("search", {"q": m}, 62)).encode()
+        k = socket.create_connection(CORDON.proxy_addr, timeout=10)
+        self.addCleanup(k.close)
+        k.sendall(f"CONNECT {HOST}:{TLS.port} HTTP/1.1\r\nHost: {HOST}:{TLS.port}\r\n"
+                  f"Proxy-Authorization: {H.basic(s['id'], s['token'])}\r\n\r\n".encode())
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += k.recv(4096)
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"), got)
+        t = cordon_ctx().wrap_socket(k, server_hostname=HOST)
+        t.sendall((f"POST /mcp HTTP/1.1\r\nHost: {HOST}:{TLS.port}\r\n"
+                   "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                   f"X-Client-Marker: {m}\r\nContent-Length: {len(body)}\r\n\r\n").encode())
+        time.sleep(0.3)  # the body in a later read
+        t.sendall(body + b"GET /next HTTP/1.1\r\nX-Smuggled: a\nX-Nul: \x00\r\n\r\n")
+        answer = b""
+        deadline = time.monotonic() + 5
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            answer += t.recv(65536)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200"), answer[:200])
+        seen = TLS.find(m)
+        self.assertEqual(len(seen), 1, seen)
+        headers = {k.lower(): v for k, v in seen[0]["headers"]}
+        self.assertEqual(headers.get("x-client-marker"), m)
+        self.assertIn("application/json", headers.get("content-type", ""))
+        self.assertNotIn("x-smuggled", headers)
+        self.assertNotIn("x-nul", headers)
 
 
 class McpBudgetTests(_McpCase):
