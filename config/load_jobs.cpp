@@ -213,9 +213,9 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
     }
     r.pos = {n.Mark().line + 1, n.Mark().column + 1};
     const std::size_t errors_before = errors_.size();
-    const auto keys = check_keys(
-        n, path,
-        {"host", "cidr", "ports", "protocol", "methods", "http", "resolves_to", "credential", "mcp"});
+    const auto keys = check_keys(n, path,
+                                 {"host", "cidr", "ports", "protocol", "methods", "http",
+                                  "resolves_to", "credential", "mcp"});
     const auto* host = find(keys, "host");
     const auto* net = find(keys, "cidr");
     if (host != nullptr && net != nullptr) {
