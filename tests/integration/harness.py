@@ -120,6 +120,40 @@ def client_ssl_context():
     return ctx
 
 
+def openssl(*args):
+    subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.PIPE, timeout=60)
+
+
+class TestPKI:
+    """A CA for the TLS origins the TLS inspection and MCP suites start (their `upstream_ca`),
+    and certificates from it (and self-signed ones)."""
+
+    def __init__(self, prefix="cordon-it-pki-"):
+        self.dir = TempDir(prefix)
+        self.ca_cert, self.ca_key = self.dir.join("ca.pem"), self.dir.join("ca.key")
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-days", "2", "-subj", "/CN=cordon test upstream CA", "-keyout", self.ca_key,
+                "-out", self.ca_cert, "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign")
+
+    def leaf(self, name, san, days="2", self_signed=False):
+        key, cert = self.dir.join(f"{name}.key"), self.dir.join(f"{name}.pem")
+        if self_signed:
+            openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", days, "-subj", f"/CN={san}", "-keyout", key, "-out",
+                    cert, "-addext", f"subjectAltName=DNS:{san}")
+            return cert, key
+        csr, ext = self.dir.join(f"{name}.csr"), self.dir.join(f"{name}.ext")
+        with open(ext, "w") as f:
+            f.write(f"subjectAltName=DNS:{san}\nextendedKeyUsage=serverAuth\n")
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-subj", f"/CN={san}", "-keyout", key, "-out", csr)
+        openssl("x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key,
+                "-days", days, "-out", cert, "-extfile", ext)
+        return cert, key
+
+
 def run_curl(args, timeout=60, env_extra=None):
     """Runs curl (never reading ~/.curlrc, never honouring proxy variables from the
     environment unless given in env_extra) and returns CompletedProcess with bytes

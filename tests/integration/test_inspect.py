@@ -34,37 +34,8 @@ CA_DIR = None  # cordon's CA (cordon ca init)
 DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's, with python3-requests and python3-httpx
 
 
-def openssl(*args):
-    subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, timeout=60)
-
-
-class TestPKI:
-    """A CA for the upstream servers and certificates from it (and one self-signed)."""
-
-    def __init__(self):
-        self.dir = H.TempDir("cordon-it-pki-")
-        self.ca_cert, self.ca_key = self.dir.join("ca.pem"), self.dir.join("ca.key")
-        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-days", "2", "-subj", "/CN=cordon test upstream CA", "-keyout", self.ca_key,
-                "-out", self.ca_cert, "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign")
-
-    def leaf(self, name, san, days="2", self_signed=False):
-        key, cert = self.dir.join(f"{name}.key"), self.dir.join(f"{name}.pem")
-        if self_signed:
-            openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                    "-nodes", "-days", days, "-subj", f"/CN={san}", "-keyout", key, "-out",
-                    cert, "-addext", f"subjectAltName=DNS:{san}")
-            return cert, key
-        csr, ext = self.dir.join(f"{name}.csr"), self.dir.join(f"{name}.ext")
-        with open(ext, "w") as f:
-            f.write(f"subjectAltName=DNS:{san}\nextendedKeyUsage=serverAuth\n")
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-subj", f"/CN={san}", "-keyout", key, "-out", csr)
-        openssl("x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key,
-                "-days", days, "-out", cert, "-extfile", ext)
-        return cert, key
+openssl = H.openssl
+TestPKI = H.TestPKI
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -53,34 +53,6 @@ PLAIN = TLS = None  # the MCP server over HTTP, and over HTTPS
 CORDON = None
 
 
-def openssl(*args):
-    subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, timeout=60)
-
-
-class TestPKI:
-    """A CA for the upstream servers and certificates from it (as test_inspect's)."""
-
-    def __init__(self):
-        self.dir = H.TempDir("cordon-it-mcp-pki-")
-        self.ca_cert, self.ca_key = self.dir.join("ca.pem"), self.dir.join("ca.key")
-        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-days", "2", "-subj", "/CN=cordon test upstream CA", "-keyout", self.ca_key,
-                "-out", self.ca_cert, "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign")
-
-    def leaf(self, name, san, days="2"):
-        key, cert = self.dir.join(f"{name}.key"), self.dir.join(f"{name}.pem")
-        csr, ext = self.dir.join(f"{name}.csr"), self.dir.join(f"{name}.ext")
-        with open(ext, "w") as f:
-            f.write(f"subjectAltName=DNS:{san}\nextendedKeyUsage=serverAuth\n")
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-subj", f"/CN={san}", "-keyout", key, "-out", csr)
-        openssl("x509", "-req", "-in", csr, "-CA", self.ca_cert, "-CAkey", self.ca_key,
-                "-days", days, "-out", cert, "-extfile", ext)
-        return cert, key
-
-
 def cordon_ca():
     """cordon's CA certificate (made by `cordon ca init` in setUpModule)."""
     return os.path.join(CA_DIR.join("ca"), "ca.pem")
@@ -145,7 +117,7 @@ def jobs_yaml():
 
 def setUpModule():
     global DNS, PKI, CA_DIR, PLAIN, TLS, CORDON
-    PKI = TestPKI()
+    PKI = H.TestPKI("cordon-it-mcp-pki-")
     PLAIN = M.MCPServer()
     TLS = M.MCPServer(tls=PKI.leaf("mcp", HOST))
     DNS = H.FakeDNS({HOST: {"A": ["127.0.0.1"]}})
