@@ -27,7 +27,6 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import tls from 'node:tls';
 import { pathToFileURL } from 'node:url';
 
@@ -118,6 +117,25 @@ function tunnel(p, auth, host, port, signal) {
   });
 }
 
+// The answer's body as a web stream, closed once: Node 18's Readable.toWeb closes it on 'end'
+// and again on 'close' ("Invalid state: Controller is already closed", Debian 12's node).
+function webBody(res) {
+  let done = false;
+  return new ReadableStream({
+    start(controller) {
+      res.on('data', (chunk) => { if (!done) controller.enqueue(new Uint8Array(chunk)); });
+      const finish = () => { if (!done) { done = true; controller.close(); } };
+      res.on('end', finish);
+      res.on('close', finish);
+      res.on('error', (e) => { if (!done) { done = true; controller.error(e); } });
+    },
+    cancel() {
+      done = true;
+      res.destroy();
+    },
+  });
+}
+
 function proxyFetch(proxyUrl) {
   const p = new URL(proxyUrl);
   const auth = 'Basic ' + Buffer.from(`${decodeURIComponent(p.username)}:` +
@@ -160,7 +178,7 @@ function proxyFetch(proxyUrl) {
     }
     const noBody = method === 'HEAD' || [101, 204, 205, 304].includes(res.statusCode);
     if (noBody) res.resume();
-    return new Response(noBody ? null : Readable.toWeb(res),
+    return new Response(noBody ? null : webBody(res),
                         { status: res.statusCode, statusText: res.statusMessage, headers: out });
   };
 }
