@@ -160,9 +160,11 @@ section egress(const config::policy& p, const config::job& j) {
             resolves.push_back(c.to_string());
         }
         const std::string target = r.host ? r.host->to_string() : r.net ? r.net->to_string() : "?";
-        const value methods = r.proto != config::protocol::http ? value{}
-                              : r.methods.empty()               ? value{std::string("any")}
-                                                                : value{r.methods};
+        // http and https rules decide each request: their methods, or their request rules.
+        const value methods = !r.per_request()    ? value{}
+                              : !r.http.empty()   ? value{std::string("per request rules")}
+                              : r.methods.empty() ? value{std::string("any")}
+                                                  : value{r.methods};
         t.rows.push_back(
             {target, ports, std::string(config::to_string(r.proto)), methods, resolves});
         if (mcp) {

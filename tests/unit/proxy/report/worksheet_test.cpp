@@ -432,7 +432,7 @@ jobs:
     CHECK(md.find("| Host / CIDR | Ports | Protocol | Methods | May resolve to (non-public) | "
                   "MCP tools allowed |\n|---|---|---|---|---|---|\n"
                   "| `api.example.com` | 443 | tls | - | none | - |\n"
-                  "| `mcp.example.com` | 443 | https | - | none | `fetch_page`, `search` |\n"
+                  "| `mcp.example.com` | 443 | https | any | none | `fetch_page`, `search` |\n"
                   "| `tools.internal.test` | 8080, 8081 | http | any | none | none |\n") !=
           std::string::npos);
     CHECK(md.find("- [x] **MCP tool calls decided and recorded by cordon**: cordon reads") !=
