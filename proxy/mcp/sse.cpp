@@ -109,6 +109,12 @@ bool sse_filter::event_done(std::string& out) {
         ++scanned_;
         skip_lf_ = false;
     }
+    if (end > max_event_) {
+        // The bound holds however the event arrived: in many reads or in one.
+        failed_ = true;
+        error_ = "an event of more than " + std::to_string(max_event_) + " bytes";
+        return false;
+    }
     const std::string_view raw(pending_.data(), end);
     verdict v = verdict::pass;
     std::string replacement;

@@ -98,6 +98,9 @@ TEST_CASE("mcp sse: refused and oversized events end the stream", "[mcp]") {
     CHECK_FALSE(s.ok);
     CHECK(s.out == "data: ok\n\n");
     CHECK(s.error.find("1024") != std::string::npos);
+    // The same bound whether the event comes in one read or many.
+    CHECK_FALSE(feed(big, big.size(), 1024).ok);
+    CHECK_FALSE(feed(big, 7, 1024).ok);
     // Many small events never add up: the bound is per event.
     std::string many;
     for (int i = 0; i < 200; ++i) {
