@@ -23,6 +23,7 @@
 #include "proxy/control/capacity.hpp"
 #include "proxy/control/lifelines.hpp"
 #include "proxy/control/runtime.hpp"
+#include "proxy/control/state_store.hpp"
 #include "proxy/dns_hook.hpp"
 #include "proxy/inspect/inspector.hpp"
 #include "proxy/listeners.hpp"
@@ -152,7 +153,7 @@ std::uint64_t restore_state(control::runtime& rt, const std::string& state_dir) 
     std::uint64_t last_event = 0;
     rt.store = control::state_store::open(state_dir, rt.store_error);
     if (rt.store) {
-        control::state_store::loaded loaded_state;
+        control::loaded_state loaded_state;
         if (rt.store->load(loaded_state, rt.store_error)) {
             rt.sessions.restore(std::move(loaded_state.sessions));
             rt.kill.restore(loaded_state.kill);
@@ -178,7 +179,7 @@ std::uint64_t restore_state(control::runtime& rt, const std::string& state_dir) 
 // The event stream (numbered on from `last_event`, kept in the state store), the kill
 // gauge, and the denial bursts and alert webhook.
 void wire_control(control::runtime& rt, std::uint64_t last_event) {
-    control::state_store* store_ptr = rt.store.get();
+    control::state_backend* store_ptr = rt.store.get();
     rt.events = std::make_unique<control::event_bus>(
         [store_ptr](const control::event& e) -> std::uint64_t {
             if (store_ptr == nullptr) {

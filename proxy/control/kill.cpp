@@ -24,7 +24,7 @@ double ms_since(steady::time_point t0) {
 // Keeps the measurement for the worksheet (last measured stop time). Posted by the kills to
 // run after their answer is on its way: a failure or a slow disk here costs the measurement,
 // never the kill or its answer.
-void save_timing(state_store* store, const char* scope, const kill_outcome& out,
+void save_timing(state_backend* store, const char* scope, const kill_outcome& out,
                  common::wall_clock::time_point at) {
     if (store == nullptr || out.already) {
         return;

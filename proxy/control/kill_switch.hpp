@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/asio.hpp"
-#include "proxy/control/state_store.hpp"
+#include "proxy/control/state_backend.hpp"
 
 namespace cordon::proxy::control {
 

@@ -24,7 +24,7 @@
 #include "proxy/control/events.hpp"
 #include "proxy/control/kill_switch.hpp"
 #include "proxy/control/sessions.hpp"
-#include "proxy/control/state_store.hpp"
+#include "proxy/control/state_backend.hpp"
 #include "proxy/mcp/tools.hpp"
 
 namespace cordon::proxy::inspect {
@@ -106,7 +106,8 @@ public:
 
     session_registry sessions;
     std::unique_ptr<audit::audit_log> audit_log_;
-    std::unique_ptr<state_store> store;  ///< null when it could not be opened (then killed)
+    /// SQLite (state_store) or etcd (etcd_store); null when it could not be opened (then killed).
+    std::unique_ptr<state_backend> store;
     std::string store_error;
     std::unique_ptr<event_bus> events;  ///< control thread only
     /// `cordon run`'s lifelines (proxy/control/lifelines.hpp); made by the admin API on first use.

@@ -1,6 +1,7 @@
 #pragma once
-// The durable state of the daemon: kill switch, sessions with their token hashes and
+// The durable state of one cordon: kill switch, sessions with their token hashes and
 // revocations, and the event log the shim follows. SQLite in WAL mode; no sockets, no Asio.
+// The default state_backend (state_backend.hpp); a fleet uses etcd_store instead.
 // Kills are persisted: a restart does not undo one.
 
 #include <cstddef>
@@ -12,35 +13,10 @@
 
 #include "common/time.hpp"
 #include "proxy/control/sessions.hpp"
+#include "proxy/control/state_backend.hpp"
 #include "proxy/control/tokens.hpp"
 
 namespace cordon::proxy::control {
-
-/// The network kill switch as persisted.
-struct kill_state {
-    bool engaged = false;
-    std::string reason;
-    std::string by;
-    common::wall_clock::time_point at{};  ///< when it was engaged (or revived); epoch if never
-};
-
-/// A kill as measured inside cordon: from the kill call to every connection it cut closed
-/// (kill_outcome::elapsed_ms). The last one of each scope is kept, for the worksheet.
-struct kill_timing {
-    std::string scope;      ///< "network" or "session"
-    double elapsed_ms = 0;  ///< stored to the microsecond
-    std::uint64_t connections_closed = 0;
-    common::wall_clock::time_point at{};  ///< when the kill was made
-};
-
-/// One entry of the event log (GET /v1/events). `json` is the event as the API serves it.
-struct stored_event {
-    std::uint64_t id = 0;  ///< assigned by append_event(); increasing, never reused
-    common::wall_clock::time_point ts{};
-    std::string type;     ///< e.g. "kill.network", "kill.session", "token.revoke"
-    std::string session;  ///< empty for events of no one session (network kill, revive)
-    std::string json;
-};
 
 /// SQLite in WAL mode at DIR/cordon.db (DIR created 0700; the file is 0600). Every write is one
 /// transaction with synchronous=FULL, so it is on disk when the call returns. Exclusive locking:
@@ -52,7 +28,7 @@ struct stored_event {
 /// Times are kept as integer milliseconds since the epoch (finer parts are floored).
 /// Thread-safe: one mutex serialises every call (they are rare control-plane operations; a
 /// write costs an fsync).
-class state_store {
+class state_store final : public state_backend {
 public:
     /// The schema this build reads and writes (meta.schema_version).
     static constexpr std::int64_t schema_version = 2;  ///< a version 1 file is upgraded
@@ -64,59 +40,53 @@ public:
     /// message naming the file and the problem; the file is never reset or overwritten.
     static std::unique_ptr<state_store> open(const std::string& dir, std::string& error);
 
-    ~state_store();
+    ~state_store() override;
     state_store(const state_store&) = delete;
     state_store& operator=(const state_store&) = delete;
 
     /// The database file (DIR/cordon.db).
-    const std::string& path() const noexcept;
+    const std::string& path() const noexcept override;
 
     /// Inserts or replaces the session and replaces its tokens with `s.tokens`.
     /// False (and `error` set, nothing written) on failure.
-    bool save_session(const stored_session& s, std::string& error);
+    bool save_session(const stored_session& s, std::string& error) override;
 
     /// Replaces the kill switch state.
-    bool save_kill(const kill_state& k, std::string& error);
+    bool save_kill(const kill_state& k, std::string& error) override;
 
     /// Replaces the last measured kill of `t.scope` (network or session).
-    bool save_kill_timing(const kill_timing& t, std::string& error);
+    bool save_kill_timing(const kill_timing& t, std::string& error) override;
     /// The last measured kill of each scope measured so far (none, one or two; by scope).
     /// False, with `error` set, on a read error.
-    bool kill_timings(std::vector<kill_timing>& out, std::string& error);
+    bool kill_timings(std::vector<kill_timing>& out, std::string& error) override;
 
     /// Appends `e` and sets e.id to its new id (autoincrement: larger than every id ever
     /// assigned, pruned ones included).
-    bool append_event(stored_event& e, std::string& error);
+    bool append_event(stored_event& e, std::string& error) override;
 
-    /// Everything needed at start-up. `kill` is the default (not engaged) if never saved;
-    /// `sessions` are in seq order, tokens in minting order; `last_event_id` is the largest id
-    /// ever assigned (0 if none), pruned events included.
-    struct loaded {
-        kill_state kill;
-        std::vector<stored_session> sessions;
-        std::uint64_t last_event_id = 0;
-    };
+    /// Everything needed at start-up (state_backend.hpp).
+    using loaded = loaded_state;
 
     /// Reads the whole state. False, with `error` set, if it cannot be read or a row is
     /// invalid (unknown state, hash not 32 bytes, time out of range): the caller fails closed.
-    bool load(loaded& out, std::string& error);
+    bool load(loaded& out, std::string& error) override;
 
     /// Events with id > `after`, oldest first, at most `limit`. With a non-empty `session`,
     /// only that session's events and those with an empty session (network-wide ones).
     /// Returns an empty vector on a read error (the caller polls again).
     std::vector<stored_event> events_after(std::uint64_t after, std::string_view session,
-                                           std::size_t limit);
+                                           std::size_t limit) override;
 
     /// Deletes ended and killed sessions (with their tokens) whose ended_at is before `before`,
     /// and events whose ts is before `before`. Active sessions and the kill state are kept.
-    bool prune(common::wall_clock::time_point before, std::string& error);
+    bool prune(common::wall_clock::time_point before, std::string& error) override;
 
     /// Whether writes are durable now: false, with `error` set, when the last write failed
     /// or the path no longer names the file opened (then for good). Makes the space reserve
     /// again if it was used and there is room. Cheap (a stat or two): called every second.
-    bool check(std::string& error);
+    bool check(std::string& error) override;
     /// True while the space reserve is spent (the disk filled up; not yet made again).
-    bool reserve_used() const;
+    bool reserve_used() const override;
 
 private:
     struct impl;
