@@ -52,6 +52,12 @@ public:
     audit_record& add(std::string_view key, double value);  ///< NaN and infinities add null
     audit_record& add(std::string_view key, bool value);
     audit_record& add_null(std::string_view key);
+    /// A value that redaction has already been through, part by part: a tool call's
+    /// arguments as redact_tool_arguments() wrote them (every member name and string passed
+    /// redact_text(), secret-named members replaced), which a second redact_text() over the
+    /// JSON text would only scan again. Cut and escaped as any value; "REDACTED" under a
+    /// secret-looking key.
+    audit_record& add_redacted(std::string_view key, std::string_view value);
     /// A field whose name looks secret but whose value only names a secret (the credential
     /// broker's `credential`: the secret's name in the policy, never its value): kept, though
     /// still run through redact_text().

@@ -231,6 +231,21 @@ audit_record& audit_record::add(std::string_view key, std::string_view value) {
     return end_field(at);
 }
 
+audit_record& audit_record::add_redacted(std::string_view key, std::string_view value) {
+    const std::size_t at = begin_field(key);
+    if (at == std::string::npos) {
+        return *this;
+    }
+    if (pending_secret_) {
+        common::append_json_string(body_, value.empty() ? std::string_view{} : redacted);
+        return end_field(at);
+    }
+    std::string clean(value);
+    truncate_value(clean, max_string_bytes);
+    common::append_json_string(body_, clean);
+    return end_field(at);
+}
+
 audit_record& audit_record::add_name_of_secret(std::string_view key, std::string_view name) {
     const std::size_t at = begin_field(key);
     if (at == std::string::npos) {

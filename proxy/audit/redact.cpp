@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "common/percent.hpp"
@@ -11,19 +12,19 @@ namespace {
 
 constexpr std::size_t npos = std::string_view::npos;
 
-char lower(char c) noexcept {
+constexpr char lower(char c) noexcept {
     return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
-bool is_upper(char c) noexcept { return c >= 'A' && c <= 'Z'; }
-bool is_alpha(char c) noexcept { return is_upper(c) || (c >= 'a' && c <= 'z'); }
-bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-bool is_alnum(char c) noexcept { return is_alpha(c) || is_digit(c); }
+constexpr bool is_upper(char c) noexcept { return c >= 'A' && c <= 'Z'; }
+constexpr bool is_alpha(char c) noexcept { return is_upper(c) || (c >= 'a' && c <= 'z'); }
+constexpr bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+constexpr bool is_alnum(char c) noexcept { return is_alpha(c) || is_digit(c); }
 bool is_lower_hex(char c) noexcept { return is_digit(c) || (c >= 'a' && c <= 'f'); }
 bool is_upper_alnum(char c) noexcept { return is_upper(c) || is_digit(c); }
 bool is_word(char c) noexcept { return is_alnum(c) || c == '_'; }
 bool is_b64url(char c) noexcept { return is_alnum(c) || c == '-' || c == '_'; }
 bool is_slack(char c) noexcept { return is_alnum(c) || c == '-'; }
-bool is_ident(char c) noexcept { return is_alnum(c) || c == '-' || c == '_' || c == '.'; }
+constexpr bool is_ident(char c) noexcept { return is_alnum(c) || c == '-' || c == '_' || c == '.'; }
 bool is_quote(char c) noexcept { return c == '"' || c == '\''; }
 bool is_blank(char c) noexcept { return c == ' ' || c == '\t'; }
 bool is_token68(char c) noexcept {
@@ -58,16 +59,35 @@ bool continues(std::string_view s, std::size_t at, Pred in) noexcept {
     return at > 0 && in(s[at - 1]);
 }
 
+bool squashed_out(char c) noexcept { return c == '-' || c == '_' || c == '.' || c == ' '; }
+
 // Lower case, without the separators people vary freely: '-', '_', '.', ' '.
 std::string squash(std::string_view name) {
     std::string out;
     out.reserve(name.size());
     for (const char c : name) {
-        if (c != '-' && c != '_' && c != '.' && c != ' ') {
+        if (!squashed_out(c)) {
             out.push_back(lower(c));
         }
     }
     return out;
+}
+
+// squash() into a buffer of the caller's for the names every record's fields and every word
+// of redacted text are tested against (no allocation); "" when the name does not fit, and
+// the caller squashes on the heap.
+template <std::size_t N>
+std::string_view squash_into(std::string_view name, std::array<char, N>& buf) noexcept {
+    std::size_t n = 0;
+    for (const char c : name) {
+        if (!squashed_out(c)) {
+            if (n == N) {
+                return {};
+            }
+            buf[n++] = lower(c);
+        }
+    }
+    return {buf.data(), n};
 }
 
 std::string percent_decode(std::string_view s) {
@@ -350,9 +370,6 @@ maybe_match match_pair(std::string_view s, std::size_t i) {
     }
     const std::size_t name_end = run_end(s, i, is_ident);
     const std::string_view name = s.substr(i, name_end - i);
-    if (!secret_field_name(name)) {
-        return std::nullopt;
-    }
     const std::size_t n = s.size();
     std::size_t j = name_end;
     if (j + 1 < n && s[j] == '\\' && is_quote(s[j + 1])) {
@@ -361,7 +378,8 @@ maybe_match match_pair(std::string_view s, std::size_t i) {
         ++j;
     }
     j = run_end(s, j, is_blank);
-    if (j >= n || (s[j] != '=' && s[j] != ':')) {
+    // The separator before the name's test: most words are followed by neither.
+    if (j >= n || (s[j] != '=' && s[j] != ':') || !secret_field_name(name)) {
         return std::nullopt;
     }
     j = run_end(s, j + 1, is_blank);
@@ -418,6 +436,45 @@ maybe_match match_pair(std::string_view s, std::size_t i) {
     return match{keep, end};
 }
 
+// False where no scanner of match_at can match, decided from the character and the one
+// before it: a quick skip over most of a text. Only '-' (a PEM block), ':' (userinfo) and 'c'
+// (a placeholder) begin a match whatever precedes them; every other scanner begins at a
+// letter, a digit, '_' or '.' (is_ident) and needs the character before it not to continue
+// its token. Each of those token classes holds the letters and digits, so a letter or digit
+// after one cannot begin a match; '_' and '.' begin only name=value pairs, whose class
+// (is_ident) holds every character of a word.
+// One byte per character: what may_begin_match needs (a table, as this runs per byte of
+// every audited string).
+enum : std::uint8_t { begins_always = 1, alnum_class = 2, ident_class = 4 };
+constexpr std::array<std::uint8_t, 256> begin_classes = [] {
+    std::array<std::uint8_t, 256> t{};
+    for (int c = 0; c < 256; ++c) {
+        const char ch = static_cast<char>(c);
+        t[static_cast<std::size_t>(c)] = static_cast<std::uint8_t>(
+            (ch == '-' || ch == ':' || ch == 'c' ? begins_always : 0) |
+            (is_alnum(ch) ? alnum_class : 0) | (is_ident(ch) ? ident_class : 0));
+    }
+    return t;
+}();
+
+bool may_begin_match(std::string_view s, std::size_t i) noexcept {
+    const std::uint8_t c = begin_classes[static_cast<unsigned char>(s[i])];
+    if ((c & begins_always) != 0) {
+        return true;
+    }
+    if ((c & ident_class) == 0) {
+        return false;
+    }
+    if (i == 0) {
+        return true;
+    }
+    const std::uint8_t before = begin_classes[static_cast<unsigned char>(s[i - 1])];
+    if ((c & alnum_class) != 0) {
+        return (before & alnum_class) == 0;
+    }
+    return (before & ident_class) == 0;  // '_' or '.'
+}
+
 maybe_match match_at(std::string_view s, std::size_t i) {
     const char c = s[i];
     maybe_match m;
@@ -466,7 +523,13 @@ bool secret_field_name(std::string_view name) {
         "authorization", "cookie", "signature",  "bearer"};
     static constexpr std::array<std::string_view, 5> suffixes{"token", "tokens", "key", "keys",
                                                               "auth"};
-    const std::string s = squash(name);
+    std::array<char, 64> buf;
+    std::string heap;
+    std::string_view s = squash_into(name, buf);
+    if (s.empty() && !name.empty()) {
+        heap = squash(name);
+        s = heap;
+    }
     return contains_any(s, contained) || ends_with_any(s, suffixes) || s == "pwd" || s == "pass" ||
            s == "sig";
 }
@@ -549,16 +612,23 @@ std::string redact_text(std::string_view text) {
     std::string out;
     out.reserve(text.size());
     std::size_t i = 0;
+    std::size_t copied = 0;  // text[copied, i) is still to be appended
     while (i < text.size()) {
+        if (!may_begin_match(text, i)) {
+            ++i;
+            continue;
+        }
         if (const maybe_match m = match_at(text, i)) {
+            out.append(text.substr(copied, i - copied));
             out.append(text.substr(i, m->keep));
             out.append(redacted);
             i = m->end;
+            copied = i;
         } else {
-            out.push_back(text[i]);
             ++i;
         }
     }
+    out.append(text.substr(copied));
     return out;
 }
 

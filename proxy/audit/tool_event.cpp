@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include <array>
+
 #include "common/time.hpp"
 #include "config/target.hpp"
 #include "proxy/audit/redact.hpp"
@@ -35,7 +37,19 @@ bool starts_nocase(std::string_view s, std::size_t at, std::string_view p) noexc
     return true;
 }
 
-std::string redact_string(std::string_view s) { return redact_text(redact_urls_in_text(s)); }
+// True when `s` may hold a URL redact_urls_in_text() would change: "http" in any case.
+bool may_hold_url(std::string_view s) noexcept {
+    for (std::size_t i = 0; i + 4 <= s.size(); ++i) {
+        if (lower(s[i]) == 'h' && starts_nocase(s, i, "http")) {
+            return true;
+        }
+    }
+    return false;
+}
+
+std::string redact_string(std::string_view s) {
+    return may_hold_url(s) ? redact_text(redact_urls_in_text(s)) : redact_text(s);
+}
 
 bool empty_value(const json::value& v) {
     return v.is_null() || (v.is_string() && v.as_string().empty());
@@ -72,7 +86,7 @@ void redact_value(json::value& v) {
         }
     } else if (v.is_object()) {
         const bool sibling_secret = names_a_secret(v.as_object());
-        json::object out;
+        json::object out(v.storage());
         out.reserve(v.as_object().size());
         for (auto& [key, val] : v.as_object()) {
             const std::string_view k(key);
@@ -142,7 +156,11 @@ std::string redact_tool_arguments(std::string_view text) {
     boost::system::error_code ec;
     json::parse_options opts;
     opts.max_depth = 64;  // as deep as an MCP body may nest (proxy/mcp/jsonrpc.hpp)
-    json::value v = json::parse(text, ec, {}, opts);
+    // The value lives only here: its memory from one block (a stack buffer first), freed
+    // at once.
+    std::array<unsigned char, 4096> first_block;
+    json::monotonic_resource mr(first_block.data(), first_block.size());
+    json::value v = json::parse(text, ec, &mr, opts);
     if (ec) {
         return std::string(redacted);  // cannot happen for checked input; hide it all
     }
@@ -225,7 +243,7 @@ audit_record tool_call_record(const tool_event& e, const tool_event_source& from
     }
     r.add("client", from.client).add("via", from.via).add("tool", e.tool);
     if (!e.arguments.empty()) {
-        r.add("arguments", e.arguments);
+        r.add_redacted("arguments", e.arguments);  // redacted string by string (tool_event)
     }
     if (e.truncated) {
         r.add("arguments_truncated", true);

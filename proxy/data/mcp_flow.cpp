@@ -184,7 +184,7 @@ client_conn::mcp_plan client_conn::judge_mcp(const config::egress_rule& rule, co
             r.add("id", m.id.substr(0, 256));
         }
         if (!e.arguments.empty()) {
-            r.add("arguments", e.arguments);
+            r.add_redacted("arguments", e.arguments);  // redacted string by string
         }
         if (e.truncated) {
             r.add("arguments_truncated", true);

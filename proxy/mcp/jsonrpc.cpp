@@ -4,63 +4,261 @@
 #include <boost/json/basic_parser_impl.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
-#include <unordered_set>
+#include <vector>
 
 #include "common/json_string.hpp"
 #include "proxy/audit/tool_event.hpp"
 
 namespace cordon::proxy::mcp {
 namespace json = boost::json;
+using namespace std::string_view_literals;
 namespace {
 
-// A SAX pass over the text before the DOM parse: duplicate member names anywhere refused,
-// depth bounded, and the ids of the messages captured as the text sent (a DOM number is a
-// double or an integer: 1.50 would come back as 1.5E0).
-class checker {
+// The memory a thread's reader keeps between bodies, per buffer (a larger body's is freed).
+constexpr std::size_t kept_capacity = 16 * 1024;
+
+// Duplicate member names: an object's first names compared with each other as they come (the
+// members of a JSON-RPC message: few), a larger object's whole list sorted when it closes, so
+// a hostile object of many members costs n log n, and nothing is hashed or allocated per name.
+class member_names {
+public:
+    static constexpr std::size_t compared = 8;
+
+    void open() { levels_.push_back(refs_.size()); }
+    void clear() {
+        if (arena_.capacity() > kept_capacity) {
+            std::string().swap(arena_);
+        }
+        if (refs_.capacity() > kept_capacity / sizeof(ref)) {
+            std::vector<ref>().swap(refs_);
+        }
+        arena_.clear();
+        refs_.clear();
+        levels_.clear();
+    }
+    // False (with the name in `twice`) when `name` is already among the innermost object's
+    // first `compared` names.
+    bool add(std::string_view name, std::string& twice) {
+        const std::size_t first = levels_.back();
+        if (refs_.size() - first < compared) {
+            for (std::size_t i = first; i < refs_.size(); ++i) {
+                if (at(refs_[i]) == name) {
+                    twice = name;
+                    return false;
+                }
+            }
+        }
+        refs_.push_back(
+            {static_cast<std::uint32_t>(arena_.size()), static_cast<std::uint32_t>(name.size())});
+        arena_.append(name);
+        return true;
+    }
+    // Closes the innermost object: false (with the name in `twice`) when a name appears twice.
+    bool close(std::string& twice) {
+        const std::size_t first = levels_.back();
+        levels_.pop_back();
+        bool ok = true;
+        if (refs_.size() - first > compared) {
+            const auto begin = refs_.begin() + static_cast<std::ptrdiff_t>(first);
+            std::sort(begin, refs_.end(),
+                      [this](const ref& a, const ref& b) { return at(a) < at(b); });
+            const auto same = std::adjacent_find(
+                begin, refs_.end(), [this](const ref& a, const ref& b) { return at(a) == at(b); });
+            if (same != refs_.end()) {
+                twice = at(*same);
+                ok = false;
+            }
+        }
+        if (first < refs_.size()) {
+            // The names were added in order: this object's begin where its first did (a
+            // sort moved the entries, not the bytes).
+            std::uint32_t lowest = refs_[first].at;
+            for (std::size_t i = first; i < refs_.size(); ++i) {
+                lowest = std::min(lowest, refs_[i].at);
+            }
+            arena_.resize(lowest);
+        }
+        refs_.resize(first);
+        return ok;
+    }
+
+private:
+    struct ref {
+        std::uint32_t at;
+        std::uint32_t size;
+    };
+    std::string_view at(const ref& r) const noexcept {
+        return std::string_view(arena_).substr(r.at, r.size);
+    }
+    std::string arena_;                // the names of every open object, one after another
+    std::vector<ref> refs_;            // where each is in arena_
+    std::vector<std::size_t> levels_;  // per open object: its first name in refs_
+};
+
+// What one message of a body held, as the reader met it; validate() judges it afterwards in
+// a fixed order, so the error a client sees does not depend on the order of its members.
+struct seen_message {
+    enum class kind : std::uint8_t { absent, string, number, null, container, other };
+    bool object = false;
+    kind version = kind::absent;
+    bool version_ok = false;  // "2.0"
+    kind id = kind::absent;
+    kind method = kind::absent;
+    kind params = kind::absent;  // container: an object or an array; other: a scalar
+    bool params_object = false;
+    bool result = false;
+    bool error = false;
+    kind name = kind::absent;
+    bool arguments = false;  // present and not null
+    message m;
+};
+
+// One pass over a body: the JSON checked as any server would read it (no duplicate member
+// names anywhere, depth bounded by the parser) and each message's members taken as they
+// pass, ids as the text sent (a number keeps its spelling: 1.50 stays 1.50) and a tools/call's
+// arguments re-written compactly from the events. No DOM is built.
+class reader {
 public:
     static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
     static constexpr std::size_t max_object_size = static_cast<std::size_t>(-1);
     static constexpr std::size_t max_string_size = static_cast<std::size_t>(-1);
     static constexpr std::size_t max_key_size = static_cast<std::size_t>(-1);
 
-    std::vector<std::string>* ids = nullptr;  // raw number ids, by message ("" otherwise)
+    bool take = false;  // false: only the duplicate check (well_formed_json)
     std::string error;
+    bool batch = false;
+    std::size_t count = 0;  // messages met (only the first max_batch + 1 are kept)
+    std::vector<seen_message> messages;
+
+    // Ready for another text; buffers keep their memory.
+    void reset(bool take_values) {
+        take = take_values;
+        error.clear();
+        batch = false;
+        count = 0;
+        messages.clear();
+        depth_ = 0;
+        capture_ = 0;
+        first_.clear();
+        after_key_ = false;
+        in_params_ = false;
+        member_ = member::none;
+        param_ = param::none;
+        scalar_ = {};
+        value_ = {};
+        // What a large body left is given back; the usual message's sizes are kept.
+        for (std::string* b : {&key_, &text_, &number_}) {
+            if (b->capacity() > kept_capacity) {
+                std::string().swap(*b);
+            }
+            b->clear();
+        }
+        if (messages.capacity() > max_batch + 1) {
+            std::vector<seen_message>().swap(messages);
+        }
+        names_.clear();
+    }
 
     bool on_document_begin(json::error_code&) { return true; }
     bool on_document_end(json::error_code&) { return true; }
-    bool on_array_begin(json::error_code&) {
-        if (depth_ == 0) {
-            batch_ = true;
+
+    bool on_object_begin(json::error_code&) {
+        if (take) {
+            if (capturing()) {
+                separate();
+                args().push_back('{');
+                first_.push_back(true);
+            } else if (depth_ == top()) {
+                start_message(true);
+            } else if (depth_ == top() + 1) {
+                seen_message* sm = current();
+                if (sm != nullptr && member_ == member::params) {
+                    sm->params_object = true;
+                    sm->params = seen_message::kind::container;
+                    in_params_ = true;
+                    member_ = member::none;
+                } else {
+                    member_value(seen_message::kind::other);
+                }
+            } else if (in_params() && param_ == param::arguments) {
+                start_capture('{');
+            } else if (in_params()) {
+                param_value(seen_message::kind::other);
+            }
         }
         ++depth_;
-        keys_.emplace_back();
-        keys_.back().array = true;
+        names_.open();
+        return true;
+    }
+    bool on_object_end(std::size_t, json::error_code& ec) {
+        --depth_;
+        if (std::string twice; !names_.close(twice)) {
+            return twice_error(twice, ec);
+        }
+        if (take) {
+            end_container('}');
+        }
+        return true;
+    }
+    bool on_array_begin(json::error_code&) {
+        if (depth_ == 0) {
+            batch = true;
+        }
+        if (take) {
+            if (capturing()) {
+                separate();
+                args().push_back('[');
+                first_.push_back(true);
+            } else if (depth_ == 0 && batch) {
+                // the batch itself
+            } else if (depth_ == top()) {
+                start_message(false);
+            } else if (depth_ == top() + 1) {
+                seen_message* sm = current();
+                if (sm != nullptr && member_ == member::params) {
+                    sm->params = seen_message::kind::container;
+                    member_ = member::none;
+                } else {
+                    member_value(seen_message::kind::other);
+                }
+            } else if (in_params() && param_ == param::arguments) {
+                start_capture('[');
+            } else if (in_params()) {
+                param_value(seen_message::kind::other);
+            }
+        }
+        ++depth_;
         return true;
     }
     bool on_array_end(std::size_t, json::error_code&) {
         --depth_;
-        keys_.pop_back();
-        value_done();
-        return true;
-    }
-    bool on_object_begin(json::error_code&) {
-        if (ids != nullptr && depth_ == (batch_ ? 1u : 0u)) {
-            ids->emplace_back();
+        if (take) {
+            end_container(']');
         }
-        ++depth_;
-        keys_.emplace_back();
         return true;
     }
-    bool on_object_end(std::size_t, json::error_code&) {
-        --depth_;
-        keys_.pop_back();
-        value_done();
+
+    bool on_string_part(json::string_view s, std::size_t, json::error_code&) {
+        if (take && wants_text()) {
+            text_.append(s.data(), s.size());
+        }
         return true;
     }
-    bool on_string_part(json::string_view, std::size_t, json::error_code&) { return true; }
-    bool on_string(json::string_view, std::size_t, json::error_code&) {
-        value_done();
+    bool on_string(json::string_view s, std::size_t, json::error_code&) {
+        if (take) {
+            // A string that came in one piece is read where the parser has it.
+            if (text_.empty()) {
+                value_ = std::string_view(s.data(), s.size());
+            } else {
+                text_.append(s.data(), s.size());
+                value_ = text_;
+            }
+            string_value();
+            text_.clear();
+            value_ = {};
+        }
         return true;
     }
     bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
@@ -68,143 +266,313 @@ public:
         return true;
     }
     bool on_key(json::string_view s, std::size_t, json::error_code& ec) {
-        key_.append(s.data(), s.size());
-        level& l = keys_.back();
-        if (!l.names.insert(key_).second) {
-            error = "the member ";
-            common::append_json_string_ascii(error, key_.substr(0, 64));
-            error += " appears twice in one object";
-            ec = json::error::syntax;
-            key_.clear();
-            return false;
+        std::string_view key(s.data(), s.size());
+        if (!key_.empty()) {
+            key_.append(s.data(), s.size());
+            key = key_;
         }
-        at_id_ = ids != nullptr && depth_ == (batch_ ? 2u : 1u) && key_ == "id";
+        if (std::string twice; !names_.add(key, twice)) {
+            key_.clear();
+            return twice_error(twice, ec);
+        }
+        if (take) {
+            if (capturing()) {
+                separate();
+                common::append_json_string(args(), key);
+                args().push_back(':');
+                after_key_ = true;
+            } else if (depth_ == top() + 1) {
+                member_ = key == "jsonrpc"sv  ? member::jsonrpc
+                          : key == "id"sv     ? member::id
+                          : key == "method"sv ? member::method
+                          : key == "params"sv ? member::params
+                                              : member::other;
+                if (seen_message* sm = current()) {
+                    sm->result = sm->result || key == "result"sv;
+                    sm->error = sm->error || key == "error"sv;
+                }
+            } else if (in_params()) {
+                param_ = key == "name"sv        ? param::name
+                         : key == "arguments"sv ? param::arguments
+                                                : param::other;
+            }
+        }
         key_.clear();
         return true;
     }
     bool on_number_part(json::string_view s, json::error_code&) {
-        number_.append(s.data(), s.size());
+        if (take) {
+            number_.append(s.data(), s.size());
+        }
         return true;
     }
     bool on_int64(std::int64_t, json::string_view s, json::error_code&) { return number(s); }
     bool on_uint64(std::uint64_t, json::string_view s, json::error_code&) { return number(s); }
     bool on_double(double, json::string_view s, json::error_code&) { return number(s); }
-    bool on_bool(bool, json::error_code&) {
-        value_done();
+    bool on_bool(bool b, json::error_code&) {
+        if (take) {
+            scalar(b ? std::string_view("true") : std::string_view("false"),
+                   seen_message::kind::other);
+        }
         return true;
     }
     bool on_null(json::error_code&) {
-        value_done();
+        if (take) {
+            scalar("null", seen_message::kind::null);
+        }
         return true;
     }
     bool on_comment_part(json::string_view, json::error_code&) { return true; }
     bool on_comment(json::string_view, json::error_code&) { return true; }
 
 private:
-    struct level {
-        bool array = false;
-        std::unordered_set<std::string> names;
-    };
-    bool number(json::string_view s) {
-        number_.append(s.data(), s.size());
-        if (at_id_ && !ids->empty()) {
-            ids->back() = number_;
+    enum class member : std::uint8_t { none, jsonrpc, id, method, params, other };
+    enum class param : std::uint8_t { none, name, arguments, other };
+
+    bool twice_error(std::string_view name, json::error_code& ec) {
+        error = "the member ";
+        common::append_json_string_ascii(error, name.substr(0, 64));
+        error += " appears twice in one object";
+        ec = json::error::syntax;
+        return false;
+    }
+    // The depth at which messages are: 0, or 1 inside a batch.
+    std::size_t top() const noexcept { return batch ? 1 : 0; }
+    bool in_params() const noexcept { return in_params_ && depth_ == top() + 2; }
+    bool capturing() const noexcept { return capture_ != 0; }
+    std::string& args() { return messages.back().m.arguments; }
+    seen_message* current() {
+        return count > 0 && count <= messages.size() ? &messages.back() : nullptr;
+    }
+    bool wants_text() const noexcept {
+        return capturing() ||
+               (depth_ == top() + 1 && (member_ == member::jsonrpc || member_ == member::id ||
+                                        member_ == member::method)) ||
+               (in_params() && (param_ == param::name || param_ == param::arguments));
+    }
+
+    void start_message(bool object) {
+        ++count;
+        member_ = member::none;
+        param_ = param::none;
+        in_params_ = false;
+        if (messages.size() <= max_batch) {
+            messages.emplace_back();
+            messages.back().object = object;
         }
+    }
+    void member_value(seen_message::kind k) {
+        seen_message* sm = current();
+        const member was = member_;
+        member_ = member::none;
+        if (sm == nullptr) {
+            return;
+        }
+        switch (was) {
+            case member::jsonrpc:
+                sm->version = k;
+                sm->version_ok = k == seen_message::kind::string && value_ == "2.0"sv;
+                break;
+            case member::id:
+                sm->id = k;
+                if (k == seen_message::kind::string) {
+                    sm->m.id = json::serialize(json::string_view(value_.data(), value_.size()));
+                } else if (k == seen_message::kind::number) {
+                    sm->m.id = number_;
+                } else if (k == seen_message::kind::null) {
+                    sm->m.id = "null";
+                }
+                break;
+            case member::method:
+                sm->method = k;
+                if (k == seen_message::kind::string) {
+                    sm->m.method = value_;
+                }
+                break;
+            case member::params:
+                sm->params = seen_message::kind::other;  // a scalar
+                break;
+            default: break;
+        }
+    }
+    void param_value(seen_message::kind k) {
+        seen_message* sm = current();
+        const param was = param_;
+        param_ = param::none;
+        if (sm == nullptr) {
+            return;
+        }
+        if (was == param::name) {
+            sm->name = k;
+            if (k == seen_message::kind::string) {
+                sm->m.tool = value_;
+            }
+        } else if (was == param::arguments && k != seen_message::kind::null) {
+            sm->arguments = true;
+            std::string& a = sm->m.arguments;
+            a.clear();
+            if (k == seen_message::kind::string) {
+                common::append_json_string(a, value_);
+            } else {
+                a.append(k == seen_message::kind::number ? std::string_view(number_) : scalar_);
+            }
+        }
+    }
+    // A value that is not a container, wherever it is.
+    void scalar(std::string_view text, seen_message::kind k) {
+        if (capturing()) {
+            separate();
+            args().append(text);
+        } else if (depth_ == top()) {
+            start_message(false);
+        } else if (depth_ == top() + 1) {
+            member_value(k);
+        } else if (in_params()) {
+            scalar_ = text;
+            param_value(k);
+        }
+    }
+    void string_value() {
+        if (capturing()) {
+            separate();
+            common::append_json_string(args(), value_);
+            return;
+        }
+        scalar({}, seen_message::kind::string);
+    }
+    bool number(json::string_view s) {
+        if (!take) {
+            return true;
+        }
+        number_.append(s.data(), s.size());
+        scalar(number_, seen_message::kind::number);
         number_.clear();
-        value_done();
         return true;
     }
-    void value_done() { at_id_ = false; }
+    void start_capture(char open) {
+        param_ = param::none;
+        seen_message* sm = current();
+        if (sm == nullptr) {
+            return;
+        }
+        sm->arguments = true;
+        sm->m.arguments.clear();
+        sm->m.arguments.push_back(open);
+        capture_ = depth_ + 1;  // the depth inside the arguments' container
+        first_.assign(1, true);
+    }
+    // Before a value or a key inside the captured arguments: the comma it needs.
+    void separate() {
+        if (after_key_) {
+            after_key_ = false;
+            return;
+        }
+        if (!first_.back()) {
+            args().push_back(',');
+        }
+        first_.back() = false;
+    }
+    void end_container(char close) {
+        if (capturing() && depth_ + 1 >= capture_) {
+            args().push_back(close);
+            if (depth_ + 1 == capture_) {
+                capture_ = 0;  // the arguments' own container closed
+            } else {
+                first_.pop_back();
+            }
+            return;
+        }
+        if (depth_ == top() + 1 && in_params_) {
+            in_params_ = false;  // params closed
+            member_ = member::none;
+        }
+    }
 
     std::size_t depth_ = 0;
-    bool batch_ = false;
-    bool at_id_ = false;
-    std::string key_;
+    std::size_t capture_ = 0;  // inside arguments: the depth inside their container; else 0
+    std::vector<bool> first_;  // per captured container: no element written yet
+    bool after_key_ = false;
+    bool in_params_ = false;
+    member member_ = member::none;
+    param param_ = param::none;
+    std::string_view scalar_;
+    std::string key_;         // a name that came in pieces
+    std::string text_;        // a string that came in pieces
+    std::string_view value_;  // the string value being read (text_, or the parser's)
     std::string number_;
-    std::vector<level> keys_;
+    member_names names_;
 };
 
-bool check_text(std::string_view text, std::vector<std::string>* ids, std::string& error) {
-    json::parse_options opt;
-    opt.max_depth = max_depth;
-    json::basic_parser<checker> p(opt);
-    p.handler().ids = ids;
+// Reads `text` with the thread's parser, reused from text to text (its stack and the
+// reader's buffers keep their memory): the reader on success, null with `error` otherwise.
+reader* read_text(std::string_view text, bool take, std::string& error) {
+    thread_local json::basic_parser<reader> p([] {
+        json::parse_options opt;
+        opt.max_depth = max_depth;
+        return opt;
+    }());
+    p.reset();
+    reader& r = p.handler();
+    r.reset(take);
     json::error_code ec;
     const std::size_t n = p.write_some(false, text.data(), text.size(), ec);
     if (ec || n != text.size()) {
-        error = !p.handler().error.empty() ? p.handler().error
+        error = !r.error.empty() ? r.error
                 : ec == json::error::too_deep
                     ? "nested deeper than " + std::to_string(max_depth) + " levels"
                     : "not a JSON text (" + ec.message() + ")";
-        return false;
+        return nullptr;
     }
-    return true;
+    return &r;
 }
 
-std::string id_text(const json::value& id, const std::string& raw_number) {
-    if (id.is_number()) {
-        return raw_number.empty() ? json::serialize(id) : raw_number;
-    }
-    return json::serialize(id);  // a string (escaped as JSON) or null
-}
-
-bool parse_message(const json::value& v, const std::string& raw_id, message& m,
-                   std::string& error) {
-    const json::object* o = v.if_object();
-    if (o == nullptr) {
+bool validate(seen_message& sm, std::string& error) {
+    using kind = seen_message::kind;
+    if (!sm.object) {
         error = "a JSON-RPC message is an object";
         return false;
     }
-    const json::value* version = o->if_contains("jsonrpc");
-    if (version == nullptr || !version->is_string() || version->get_string() != "2.0") {
+    if (!sm.version_ok) {
         error = "not JSON-RPC 2.0 (\"jsonrpc\": \"2.0\" is required)";
         return false;
     }
-    const json::value* id = o->if_contains("id");
-    if (id != nullptr) {
-        if (!id->is_string() && !id->is_number() && !id->is_null()) {
-            error = "a JSON-RPC id is a string, a number or null";
-            return false;
-        }
-        m.id = id_text(*id, raw_id);
+    if (sm.id == kind::other) {
+        error = "a JSON-RPC id is a string, a number or null";
+        return false;
     }
-    const json::value* method = o->if_contains("method");
-    if (method == nullptr) {
+    if (sm.method == kind::absent) {
         // A response to a request of the server's (sampling, elicitation): passed on.
-        if (id == nullptr ||
-            (o->if_contains("result") == nullptr) == (o->if_contains("error") == nullptr)) {
+        if (sm.id == kind::absent || sm.result == sm.error) {
             error = "a JSON-RPC message is a request (\"method\") or a response (an \"id\" and "
                     "one of \"result\" and \"error\")";
             return false;
         }
+        sm.m.method.clear();
+        sm.m.tool.clear();
+        sm.m.arguments.clear();
         return true;
     }
-    if (!method->is_string() || method->get_string().empty()) {
+    if (sm.method != kind::string || sm.m.method.empty()) {
         error = "a JSON-RPC \"method\" is a non-empty string";
         return false;
     }
-    m.method = method->get_string();
-    const json::value* params = o->if_contains("params");
-    if (params != nullptr && !params->is_object() && !params->is_array()) {
+    if (sm.params == kind::other) {
         error = "JSON-RPC \"params\" are an object or an array";
         return false;
     }
-    if (!m.is_call()) {
+    if (!sm.m.is_call()) {
+        sm.m.tool.clear();
+        sm.m.arguments.clear();
         return true;
     }
-    const json::value* name = params != nullptr && params->is_object()
-                                  ? params->get_object().if_contains("name")
-                                  : nullptr;
-    if (name == nullptr || !name->is_string() || name->get_string().empty() ||
-        name->get_string().size() > audit::max_tool_bytes) {
+    if (!sm.params_object || sm.name != kind::string || sm.m.tool.empty() ||
+        sm.m.tool.size() > audit::max_tool_bytes) {
         error = "a tools/call names its tool: params.name, a string of 1-" +
                 std::to_string(audit::max_tool_bytes) + " bytes";
         return false;
     }
-    m.tool = name->get_string();
-    if (const json::value* args = params->get_object().if_contains("arguments");
-        args != nullptr && !args->is_null()) {
-        m.arguments = json::serialize(*args);
+    if (!sm.arguments) {
+        sm.m.arguments.clear();
     }
     return true;
 }
@@ -219,52 +587,37 @@ std::string_view reason_message(config::deny_reason r) {
 }  // namespace
 
 bool well_formed_json(std::string_view text, std::string& error) {
-    return check_text(text, nullptr, error);
+    return read_text(text, false, error) != nullptr;
 }
 
 bool parse_request_body(std::string_view body, request_body& out, std::string& error) {
     out = {};
-    std::vector<std::string> raw_ids;
-    if (!check_text(body, &raw_ids, error)) {
+    reader* read = read_text(body, true, error);
+    if (read == nullptr) {
         return false;
     }
-    json::parse_options opt;
-    opt.max_depth = max_depth;
-    json::error_code ec;
-    const json::value v = json::parse(json::string_view(body.data(), body.size()), ec, {}, opt);
-    if (ec) {
-        error = "not a JSON text (" + ec.message() + ")";
-        return false;
-    }
-    const auto raw = [&raw_ids](std::size_t i) -> const std::string& {
-        static const std::string none;
-        return i < raw_ids.size() ? raw_ids[i] : none;
-    };
-    if (const json::array* a = v.if_array()) {
-        if (a->empty()) {
+    reader& r = *read;
+    if (r.batch) {
+        if (r.count == 0) {
             error = "an empty batch (JSON-RPC: an array of at least one message)";
             return false;
         }
-        if (a->size() > max_batch) {
+        if (r.count > max_batch) {
             error = "a batch of more than " + std::to_string(max_batch) + " messages";
             return false;
         }
-        out.batch = true;
-        for (std::size_t i = 0; i < a->size(); ++i) {
-            message m;
-            if (!parse_message((*a)[i], raw(i), m, error)) {
+    }
+    out.batch = r.batch;
+    out.messages.reserve(r.messages.size());
+    for (std::size_t i = 0; i < r.messages.size(); ++i) {
+        if (!validate(r.messages[i], error)) {
+            if (r.batch) {
                 error = "message " + std::to_string(i + 1) + " of the batch: " + error;
-                return false;
             }
-            out.messages.push_back(std::move(m));
+            return false;
         }
-        return true;
+        out.messages.push_back(std::move(r.messages[i].m));
     }
-    message m;
-    if (!parse_message(v, raw(0), m, error)) {
-        return false;
-    }
-    out.messages.push_back(std::move(m));
     return true;
 }
 

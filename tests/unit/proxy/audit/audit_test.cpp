@@ -270,6 +270,29 @@ TEST_CASE("audit: a value seen before is redacted the same way again", "[audit]"
     }
 }
 
+TEST_CASE("audit: a value already redacted is escaped and cut, not scanned again", "[audit]") {
+    // A tool call's arguments, redacted string by string: a second scan of the JSON text
+    // would read the escaped quote of a redacted value as the start of another and erase the
+    // rest of the text.
+    const std::string args = R"({"note":"a\"token\":\"REDACTED","q":"cats"})";
+    audit_record r("tool.call", fixed_ts);
+    r.add_redacted("arguments", args).add_redacted("api_key", "x").add_redacted("empty_key", "");
+    const std::string line = r.to_json_line();
+    boost::json::object o = boost::json::parse(line).as_object();
+    CHECK(o.at("arguments").as_string() == args);
+    CHECK(o.at("api_key").as_string() == "REDACTED");  // a secret-looking name still hides it
+    CHECK(o.at("empty_key").as_string() == "");
+    audit_record scanned("tool.call", fixed_ts);
+    scanned.add("arguments", args);
+    CHECK(boost::json::parse(scanned.to_json_line()).at("arguments").as_string() != args);
+    audit_record long_one("tool.call", fixed_ts);
+    long_one.add_redacted("arguments", std::string(audit_record::max_string_bytes + 10, 'a'));
+    CHECK(boost::json::parse(long_one.to_json_line())
+              .at("arguments")
+              .as_string()
+              .ends_with("...(truncated)"));
+}
+
 TEST_CASE("audit: numbers, booleans and null", "[audit]") {
     audit_record r("conn.close", fixed_ts);
     r.add("i64_min", std::numeric_limits<std::int64_t>::min())
