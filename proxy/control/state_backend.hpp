@@ -50,6 +50,22 @@ struct loaded_state {
     std::uint64_t last_event_id = 0;
 };
 
+/// One instance's confirmation of a kill (fleet): what it closed and how long that took.
+struct instance_confirmation {
+    std::string instance;
+    std::uint64_t connections_closed = 0;
+    double elapsed_ms = 0;
+};
+
+/// A kill as the fleet saw it: the instances that confirmed within the wait (this one first),
+/// those that did not, and the totals (elapsed: from the call to the last confirmation seen).
+struct fleet_outcome {
+    std::uint64_t connections_closed = 0;
+    double elapsed_ms = 0;
+    std::vector<instance_confirmation> instances;
+    std::vector<std::string> missing;
+};
+
 /// Where the durable state lives. Every write returns only once the state is durable there
 /// (on disk for SQLite, committed by the etcd cluster for etcd): false, with `error` set and
 /// the caller keeping the change as unsaved, otherwise. Called on the control thread.
