@@ -1,9 +1,11 @@
 // `cordon audit timeline SESSION`: one session's story from the audit files, for a
 // post-mortem. Reads the files directly (no admin API): it works while cordon is down.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,7 +20,7 @@ namespace {
 
 constexpr std::string_view usage =
     R"(usage: cordon audit timeline SESSION [--since T] [--until T] [--json]
-                               [--audit DIR | --config FILE]
+                               [--audit DIR ... | --config FILE]
 
 Prints one session's audit events in time order: session created, tokens minted and
 revoked, each tool call, each connection (target, bytes up and down, duration), each
@@ -33,7 +35,8 @@ options:
   --until T       only events at or before T (same forms)
   --json          print the events as JSON lines, as stored
   --audit DIR     the audit directory (default: audit.path of --config, else
-                  /var/log/cordon)
+                  /var/log/cordon); repeat it for a fleet's instances: their events are
+                  merged in time order (each record names its `instance`)
   --config FILE   read audit.path from this policy
   --stats         print files and bytes searched, and the time taken, to stderr
 
@@ -56,7 +59,7 @@ int audit(args in) {
         return fail_usage("unknown subcommand '" + std::string(in[0]) + "'");
     }
     std::optional<std::string> session;
-    std::optional<std::string> dir;
+    std::vector<std::string> dirs;
     std::optional<std::string> config_file;
     std::optional<std::string_view> since_text;
     std::optional<std::string_view> until_text;
@@ -85,7 +88,10 @@ int audit(args in) {
             } else if (a == "--until") {
                 until_text = *v;
             } else if (a == "--audit") {
-                dir = std::string(*v);
+                if (dirs.size() >= 256) {
+                    return fail_usage("at most 256 --audit directories");
+                }
+                dirs.emplace_back(*v);
             } else {
                 config_file = std::string(*v);
             }
@@ -100,7 +106,7 @@ int audit(args in) {
     if (!session || session->empty()) {
         return fail_usage("which SESSION?");
     }
-    if (dir && config_file) {
+    if (!dirs.empty() && config_file) {
         return fail_usage("--audit and --config are alternatives");
     }
     std::string window_error;
@@ -121,16 +127,29 @@ int audit(args in) {
             }
             return 1;
         }
-        dir = r.value->audit.path;
+        dirs.push_back(r.value->audit.path);
     }
-    if (!dir) {
-        dir = config::audit_spec{}.path;
+    if (dirs.empty()) {
+        dirs.push_back(config::audit_spec{}.path);
     }
 
     const auto t0 = std::chrono::steady_clock::now();
     proxy::audit::timeline_stats stats;
     std::string error;
-    const auto events = proxy::audit::read_timeline(*dir, q, stats, error);
+    std::vector<proxy::audit::timeline_event> events;
+    for (const auto& d : dirs) {
+        auto some = proxy::audit::read_timeline(d, q, stats, error);
+        if (!error.empty()) {
+            break;
+        }
+        events.insert(events.end(), std::make_move_iterator(some.begin()),
+                      std::make_move_iterator(some.end()));
+    }
+    if (dirs.size() > 1) {
+        // RFC 3339 UTC with milliseconds: text order is time order; ties keep the order read.
+        std::stable_sort(events.begin(), events.end(),
+                         [](const auto& x, const auto& y) { return x.ts < y.ts; });
+    }
     // The text form labels the connections that carried MCP tool calls: it reads them all.
     const std::vector<std::string> text = as_json ? std::vector<std::string>()
                                                   : proxy::audit::format_timeline(events);
@@ -162,7 +181,8 @@ int audit(args in) {
         return 1;
     }
     if (events.empty()) {
-        std::cerr << "cordon audit: no events of session " << *session << " in " << *dir << '\n';
+        std::cerr << "cordon audit: no events of session " << *session << " in " << dirs[0]
+                  << (dirs.size() > 1 ? " (and the other --audit directories)" : "") << '\n';
         return 1;
     }
     return 0;

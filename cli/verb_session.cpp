@@ -379,6 +379,25 @@ int status(args in) {
             }
         }
     }
+    // A fleet (docs/fleet.md): the store's health and the instances in its registry.
+    if (const auto* c = o.if_contains("cluster"); c != nullptr && c->is_object()) {
+        const auto& co = c->as_object();
+        std::cout << "fleet        instance " << str(co.at("instance")) << ", etcd "
+                  << str(co.at("store"))
+                  << (co.at("serving").as_bool() ? "" : " (new sessions refused)") << '\n';
+        if (const auto* is = co.if_contains("instances"); is != nullptr && is->is_array()) {
+            for (const auto& i : is->as_array()) {
+                if (!i.is_object()) {
+                    continue;
+                }
+                const auto& io = i.as_object();
+                std::cout << "  " << str(io.at("instance")) << "  admin " << str(io.at("admin"))
+                          << "  proxy " << str(io.at("proxy")) << "  since "
+                          << str(io.at("started"))
+                          << (io.at("self").as_bool() ? "  (this one)" : "") << '\n';
+            }
+        }
+    }
     print_jobs(o, d.as_object(), top, std::cout);
     return 0;
 }

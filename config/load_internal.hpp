@@ -43,8 +43,11 @@ private:
                               std::vector<std::pair<std::string, std::string>>& out);
     void load_kill(const YAML::Node& n, kill_spec& out);
     void load_proxy(const YAML::Node& n, proxy_spec& out);
+    void load_upstream_proxy(const YAML::Node& n, policy& p);  // load_upstream.cpp
     void load_inspect(const YAML::Node& n, policy& p);
     void load_secrets(const YAML::Node& n, policy& p);
+    // The fleet (load_cluster.cpp).
+    void load_cluster(const YAML::Node& n, policy& p);
 
     // The jobs (load_jobs.cpp).
     void load_jobs(const YAML::Node& n, policy& p);

@@ -154,6 +154,7 @@ std::vector<std::string> keep_restart_only(const policy& running, policy& next) 
     keep("audit.path", running.audit.path, next.audit.path);
     keep("audit.retention_days", running.audit.retention_days, next.audit.retention_days);
     keep("audit.max_file_bytes", running.audit.max_file_bytes, next.audit.max_file_bytes);
+    keep("cluster", running.cluster, next.cluster);
     return changed;
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/cluster.hpp"
 #include "config/host.hpp"
 #include "config/http_rules.hpp"
 #include "config/ip.hpp"
@@ -277,6 +278,7 @@ struct policy {
     std::optional<inspect_spec> inspect;  ///< unset: no https rule may exist
     std::vector<secret_spec> secrets;     ///< names unique; need `inspect`
     std::vector<job> jobs;                ///< in file order; names unique
+    std::optional<cluster_spec> cluster;  ///< set: state in etcd, shared by a fleet (fleet.md)
 
     const job* find_job(std::string_view name) const noexcept;
     std::size_t rule_count() const noexcept;

@@ -21,6 +21,7 @@
 #include "common/time.hpp"
 #include "config/load.hpp"
 #include "proxy/control/capacity.hpp"
+#include "proxy/control/etcd_store.hpp"
 #include "proxy/control/lifelines.hpp"
 #include "proxy/control/runtime.hpp"
 #include "proxy/control/state_store.hpp"
@@ -124,6 +125,7 @@ listen_plan plan_listeners(const config::policy& pol, unsigned threads,
                            const control::capacity& limits) {
     listen_plan plan;
     plan.proxy = pol.listen.proxy;
+    plan.socks = pol.listen.socks;
     plan.admin = pol.listen.admin;
     plan.dns = pol.listen.dns;
     plan.threads = threads;
@@ -174,6 +176,53 @@ std::uint64_t restore_state(control::runtime& rt, const std::string& state_dir) 
                   << ": " << rt.kill.info().reason << ")\n";
     }
     return last_event;
+}
+
+// A fleet's state (the policy's `cluster`): etcd, loaded whole before anything is served.
+// etcd unreachable: refuse to start, or with cluster.start_without_store start with the network
+// kill engaged until the store is loaded (never open). Returns false to refuse.
+bool restore_fleet(control::runtime& rt, net::io_context& control, const config::cluster_spec& spec,
+                   std::uint64_t& last_event) {
+    std::optional<std::string> password;
+    if (spec.password_file) {
+        std::ifstream in(*spec.password_file);
+        std::string p;
+        if (!in || !std::getline(in, p)) {
+            std::cerr << "cordon: refusing to start: cannot read cluster.etcd.password_file "
+                      << *spec.password_file << '\n';
+            return false;
+        }
+        while (!p.empty() && (p.back() == '\r' || p.back() == ' ')) {
+            p.pop_back();
+        }
+        password = std::move(p);
+    }
+    auto store = std::make_unique<control::etcd_store>(rt, control, spec, std::move(password));
+    control::loaded_state loaded_state;
+    std::string error;
+    if (store->load(loaded_state, error)) {
+        rt.sessions.restore(std::move(loaded_state.sessions));
+        rt.kill.restore(loaded_state.kill);
+        last_event = loaded_state.last_event_id;
+        if (rt.kill.engaged()) {
+            std::cerr << "cordon: the fleet's network kill is engaged (by " << rt.kill.info().by
+                      << ": " << rt.kill.info().reason << ")\n";
+        }
+    } else if (spec.start_without_store) {
+        rt.kill.restore(
+            control::kill_state{true, "etcd unreachable at start: " + error, "cordon", rt.now()});
+        std::cerr << "cordon: cluster: " << error
+                  << "\ncordon: starting with the network kill ENGAGED "
+                     "(cluster.start_without_store) until etcd is reached and loaded\n";
+    } else {
+        std::cerr << "cordon: refusing to start: cluster: " << error
+                  << " (set cluster.start_without_store: true to start with the network kill "
+                     "engaged instead)\n";
+        return false;
+    }
+    rt.cluster = store.get();
+    rt.store = std::move(store);
+    return true;
 }
 
 // The event stream (numbered on from `last_event`, kept in the state store), the kill
@@ -232,6 +281,9 @@ private:
                 return;
             }
             check_durability();
+            if (rt_.cluster != nullptr) {
+                rt_.cluster->tick();
+            }
             expire_tokens();
             prune();
             arm();
@@ -542,23 +594,40 @@ int run_daemon(const daemon_options& opts) {
     const std::string source = pol.source;
     const std::string pol_audit_path = pol.audit.path;
     const std::string state_dir = pol.state.path;
+    const std::optional<config::cluster_spec> cluster = pol.cluster;
 
     control::runtime rt(opts.config_path, config::compile(std::move(*loaded.value)));
     rt.audit_log_ = std::move(audit);
+    if (cluster) {
+        rt.instance = cluster->instance;  // before the filter: every record carries it
+    }
     rt.set_inspection(std::move(inspection));  // after the audit log: it gets the secret filter
     // A network kill closes the resolvers' gate: lookups in flight (the proxy's and the DNS
     // listener's) are cancelled before c-ares can send a retry or hand over an answer.
     plan.resolver.upstream_allowed = [&rt] { return !rt.kill.engaged(); };
-    wire_control(rt, restore_state(rt, state_dir));
+    net::io_context control(1);
+    std::uint64_t last_event = 0;
+    if (cluster) {
+        if (!restore_fleet(rt, control, *cluster, last_event)) {
+            return 1;
+        }
+    } else {
+        last_event = restore_state(rt, state_dir);
+    }
+    wire_control(rt, last_event);
     rt.limits = limits;
 
-    net::io_context control(1);
     dns_hook hook(rt);
     listeners l;
     if (!open_listeners(rt, control, plan, hook, l)) {
         return 1;
     }
     rt.self.local = local_addresses();
+    auto* fleet_store = dynamic_cast<control::etcd_store*>(rt.store.get());
+    if (fleet_store != nullptr) {
+        fleet_store->start(plan.admin ? plan.admin->to_string() : std::string(),
+                           rt.proxy_endpoint.to_string());
+    }
     start_accepting(rt, l, control, admin_token);
     sweeps sweep(rt, control);
     sweep.start();
@@ -567,6 +636,9 @@ int run_daemon(const daemon_options& opts) {
     start_workers(rt);
     announce(rt, l, source, opts.ready_file);
     run_control(control);
+    if (fleet_store != nullptr) {
+        fleet_store->stop();  // its threads post to `control`: stopped before it goes
+    }
     return finish(rt, l, pol_audit_path);
 }
 

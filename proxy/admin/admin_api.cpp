@@ -13,6 +13,7 @@
 #include "proxy/admin/worksheet_api.hpp"
 #include "proxy/audit/shim_event.hpp"
 #include "proxy/audit/tool_event.hpp"
+#include "proxy/control/fleet.hpp"
 #include "proxy/data/http_head.hpp"
 #include "proxy/data/responses.hpp"
 #include "proxy/inspect/inspector.hpp"
@@ -207,7 +208,25 @@ reply admin_handlers::status() {
         kill["by"] = rt_.kill.info().by;
         kill["at"] = iso(rt_.kill.info().at);
     }
+    if (rt_.kill.local_engaged()) {
+        kill["local"] = true;  // this instance only: the fleet's store was lost (fail_closed)
+    }
     o["kill"] = std::move(kill);
+    if (rt_.cluster != nullptr) {
+        json::array instances;
+        for (const auto& i : rt_.cluster->instances()) {
+            instances.push_back(json::object{{"instance", i.name},
+                                             {"admin", i.admin},
+                                             {"proxy", i.proxy},
+                                             {"pid", i.pid},
+                                             {"started", iso(i.started)},
+                                             {"self", i.name == rt_.cluster->instance()}});
+        }
+        o["cluster"] = json::object{{"instance", rt_.cluster->instance()},
+                                    {"store", rt_.cluster->describe()},
+                                    {"serving", rt_.cluster->serving()},
+                                    {"instances", std::move(instances)}};
+    }
     json::object tunnels;
     for (const auto& [job, n] : rt_.stats.active_tunnels_by_job()) {
         tunnels[job] = n;

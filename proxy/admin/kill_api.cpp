@@ -4,11 +4,36 @@
 #include <boost/json.hpp>
 
 #include "proxy/admin/handlers.hpp"
+#include "proxy/control/fleet.hpp"
 
 namespace cordon::proxy::admin {
 namespace {
 
 namespace json = boost::json;
+
+// A kill given on a fleet (DESIGN "Fleet"): the fleet-wide figures replace this instance's
+// connections_closed and elapsed_ms; `instance` names this one's own.
+void add_fleet(json::object& o, const control::kill_outcome& k) {
+    if (!k.fleet) {
+        return;
+    }
+    const auto& f = *k.fleet;
+    json::array instances;
+    for (const auto& i : f.instances) {
+        instances.push_back(json::object{{"instance", i.instance},
+                                         {"connections_closed", i.connections_closed},
+                                         {"elapsed_ms", i.elapsed_ms}});
+    }
+    json::array missing;
+    for (const auto& m : f.missing) {
+        missing.emplace_back(m);
+    }
+    o["connections_closed"] = f.connections_closed;
+    o["elapsed_ms"] = f.elapsed_ms;
+    o["instances"] = std::move(instances);
+    o["missing"] = std::move(missing);
+    o["kill_id"] = k.kill_id;
+}
 
 // {reason, by} of a kill call: reason is required; by defaults to the caller's address.
 bool kill_args(const json::object& body, const std::string& client, std::string& reason,
@@ -51,6 +76,7 @@ awaitable<reply> admin_handlers::kill_network(const request& req) {
                    {"by", rt_.kill.info().by},
                    {"at", iso(rt_.kill.info().at)},
                    {"persisted", k.persisted}};
+    add_fleet(o, k);
     co_return reply{http::status::ok, std::move(o)};
 }
 
@@ -86,13 +112,15 @@ awaitable<reply> admin_handlers::kill_session(const request& req, const std::str
     if (!k) {
         co_return error(http::status::not_found, "no session " + id);
     }
-    co_return reply{http::status::ok, json::object{{"id", id},
-                                                   {"state", "killed"},
-                                                   {"already_killed", k->already},
-                                                   {"tokens_revoked", k->tokens_revoked},
-                                                   {"connections_closed", k->connections_closed},
-                                                   {"elapsed_ms", k->elapsed_ms},
-                                                   {"persisted", k->persisted}}};
+    json::object o{{"id", id},
+                   {"state", "killed"},
+                   {"already_killed", k->already},
+                   {"tokens_revoked", k->tokens_revoked},
+                   {"connections_closed", k->connections_closed},
+                   {"elapsed_ms", k->elapsed_ms},
+                   {"persisted", k->persisted}};
+    add_fleet(o, *k);
+    co_return reply{http::status::ok, std::move(o)};
 }
 
 }  // namespace cordon::proxy::admin

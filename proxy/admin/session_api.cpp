@@ -5,6 +5,7 @@
 
 #include "config/units.hpp"
 #include "proxy/admin/handlers.hpp"
+#include "proxy/control/fleet.hpp"
 #include "proxy/control/tokens.hpp"
 #include "proxy/inspect/inspector.hpp"
 
@@ -148,13 +149,25 @@ reply admin_handlers::create_session(const request& req) {
     if (!read_ttl(body, *j, ttl, err)) {
         return err;
     }
+    // A fleet creates sessions only while its copy of the state is current (docs/fleet.md):
+    // the session is written to etcd (committed) before it is handed out, or not at all.
+    if (rt_.cluster != nullptr && !rt_.cluster->serving()) {
+        return error(http::status::service_unavailable,
+                     "the fleet's store is " + rt_.cluster->describe() +
+                         ": no new sessions until it is reachable and caught up");
+    }
     control::minted m;
     try {
         m = rt_.sessions.create(job_name, ttl);
     } catch (const std::exception& e) {
         return error(http::status::service_unavailable, e.what());
     }
-    rt_.kill.persist_session(m.session_id);
+    if (!rt_.kill.persist_session(m.session_id) && rt_.cluster != nullptr) {
+        rt_.sessions.forget(m.session_id);
+        rt_.kill.retry_unsaved();  // drops the forgotten id from what is retried
+        return error(http::status::service_unavailable,
+                     "the fleet's store did not take the session: no session was made");
+    }
     rt_.audit(std::move(rt_.record("session.create")
                             .add("session", m.session_id)
                             .add("job", job_name)

@@ -74,6 +74,10 @@ private:
 
 struct metrics::impl {
     std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+    // The fleet's (enable_cluster); null without one.
+    prometheus::Gauge* store_up = nullptr;
+    prometheus::Gauge* instances = nullptr;
+    prometheus::Histogram* propagation = nullptr;
     prometheus::Gauge& kill_switch_engaged =
         prometheus::BuildGauge()
             .Name("cordon_kill_switch_engaged")
@@ -358,6 +362,46 @@ void metrics::count_dns_tcp_refused() { impl_->dns_tcp_refused.Increment(); }
 
 void metrics::set_kill_switch_engaged(bool engaged) {
     impl_->kill_switch_engaged.Set(engaged ? 1 : 0);
+}
+
+void metrics::enable_cluster() {
+    impl_->store_up = &prometheus::BuildGauge()
+                           .Name("cordon_cluster_store_up")
+                           .Help("1 while this instance reaches etcd and its copy of the fleet's "
+                                 "state is current; 0: new sessions are refused")
+                           .Register(*impl_->registry)
+                           .Add({});
+    impl_->instances = &prometheus::BuildGauge()
+                            .Name("cordon_cluster_instances")
+                            .Help("Instances in the fleet's registry (leased), this one included")
+                            .Register(*impl_->registry)
+                            .Add({});
+    impl_->propagation = &prometheus::BuildHistogram()
+                              .Name("cordon_kill_propagation_seconds")
+                              .Help(
+                                  "A kill given on this instance: time from the call to each other "
+                                  "instance's confirmation that it closed its matching tunnels")
+                              .Register(*impl_->registry)
+                              .Add({}, prometheus::Histogram::BucketBoundaries{
+                                           0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
+}
+
+void metrics::set_cluster_store_up(bool up) {
+    if (impl_->store_up != nullptr) {
+        impl_->store_up->Set(up ? 1 : 0);
+    }
+}
+
+void metrics::set_cluster_instances(std::size_t n) {
+    if (impl_->instances != nullptr) {
+        impl_->instances->Set(static_cast<double>(n));
+    }
+}
+
+void metrics::observe_kill_propagation(double seconds) {
+    if (impl_->propagation != nullptr) {
+        impl_->propagation->Observe(seconds);
+    }
 }
 
 void metrics::count_kill(kill_scope scope, double seconds) {

@@ -109,6 +109,17 @@ public:
     void count_dns_tcp_refused();
     void count_kill(kill_scope scope, double seconds);
 
+    /// The fleet (docs/fleet.md): registers cordon_cluster_store_up, cordon_cluster_instances
+    /// and cordon_kill_propagation_seconds (only an instance with `cluster` has them). Once,
+    /// at start, before the setters below are called.
+    void enable_cluster();
+    /// 1 while this instance reaches etcd and its copy of the state is current.
+    void set_cluster_store_up(bool up);
+    /// Instances in the fleet's registry (this one included).
+    void set_cluster_instances(std::size_t n);
+    /// A kill given here, as each other instance confirmed it: seconds from the call.
+    void observe_kill_propagation(double seconds);
+
     /// Jobs with active tunnels now, and how many (for GET /v1/status).
     std::vector<std::pair<std::string, std::int64_t>> active_tunnels_by_job() const;
 

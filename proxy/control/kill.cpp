@@ -8,8 +8,10 @@
 #include <iostream>
 
 #include "common/time.hpp"
+#include "proxy/control/fleet.hpp"
 #include "proxy/control/kill_switch.hpp"
 #include "proxy/control/runtime.hpp"
+#include "proxy/control/tokens.hpp"
 
 namespace cordon::proxy::control {
 namespace {
@@ -99,9 +101,13 @@ awaitable<kill_outcome> kill_switch::kill_network(const std::string& reason,
     const auto t0 = steady::now();
     kill_outcome out;
     // The flag first: from this instant every new request is refused.
-    out.already = engaged_.exchange(true);
+    out.already = engaged_.exchange(true) && info_.engaged;
     if (!out.already) {
         info_ = kill_state{true, reason, by, rt_.now()};
+        if (rt_.cluster != nullptr) {
+            out.kill_id = "k-" + random_hex(8);
+            rt_.cluster->kill_id_for("", out.kill_id);
+        }
     }
     // The durable write overlaps the workers' closing; both are done before this returns.
     const std::function<void()> persist = [this, &out] {
@@ -119,6 +125,20 @@ awaitable<kill_outcome> kill_switch::kill_network(const std::string& reason,
     const std::string why = "kill_switch";
     out.connections_closed = co_await rt_.connections.close_where(all, why, persist);
     out.elapsed_ms = ms_since(t0);
+    if (rt_.cluster != nullptr) {
+        // Named, not temporaries in the co_await: GCC 12 destroys such temporaries wrongly.
+        fleet_kill record;
+        record.id = out.kill_id;
+        record.scope = "network";
+        record.reason = reason;
+        record.by = by;
+        record.at = info_.at;
+        instance_confirmation self;
+        self.connections_closed = out.connections_closed;
+        self.elapsed_ms = out.elapsed_ms;
+        const bool written = out.persisted && !out.already;
+        out.fleet = co_await rt_.cluster->gather(record, self, t0, written);
+    }
     rt_.stats.set_kill_switch_engaged(true);
     rt_.stats.count_kill(alerts::kill_scope::network, out.elapsed_ms / 1000);
     rt_.audit_durable(
@@ -140,7 +160,7 @@ awaitable<kill_outcome> kill_switch::kill_network(const std::string& reason,
 
 kill_outcome kill_switch::revive(const std::string& reason, const std::string& by) {
     kill_outcome out;
-    if (!engaged_.load()) {
+    if (!info_.engaged) {
         out.already = true;
         return out;
     }
@@ -158,8 +178,8 @@ kill_outcome kill_switch::revive(const std::string& reason, const std::string& b
     }
     info_ = lifted;
     unsaved_ = false;
-    engaged_.store(false);
-    rt_.stats.set_kill_switch_engaged(false);
+    engaged_.store(local_);  // a local kill (the fleet's store lost) stays until it is back
+    rt_.stats.set_kill_switch_engaged(local_);
     rt_.audit_durable(std::move(rt_.record("revive").add("reason", reason).add("by", by)));
     rt_.events->publish("revive", "",
                         json::serialize(json::object{{"reason", reason}, {"by", by}}));
@@ -180,6 +200,10 @@ awaitable<std::optional<kill_outcome>> kill_switch::kill_session(const std::stri
         out.tokens_revoked += t.revoked ? 0 : 1;
     }
     rt_.sessions.kill(id, reason);  // from here its tokens are refused
+    if (rt_.cluster != nullptr && !out.already) {
+        out.kill_id = "k-" + random_hex(8);
+        rt_.cluster->kill_id_for(id, out.kill_id);
+    }
     const std::function<void()> persist = [this, &out, &id] {
         out.persisted = persist_session(id);
     };
@@ -189,6 +213,20 @@ awaitable<std::optional<kill_outcome>> kill_switch::kill_session(const std::stri
     const std::string why = "session_killed";
     out.connections_closed = co_await rt_.connections.close_where(of_session, why, persist);
     out.elapsed_ms = ms_since(t0);
+    if (rt_.cluster != nullptr) {
+        fleet_kill record;  // named: see kill_network
+        record.id = out.kill_id;
+        record.scope = "session";
+        record.session = id;
+        record.reason = reason;
+        record.by = by;
+        record.at = rt_.now();
+        instance_confirmation self;
+        self.connections_closed = out.connections_closed;
+        self.elapsed_ms = out.elapsed_ms;
+        const bool written = out.persisted && !out.already;
+        out.fleet = co_await rt_.cluster->gather(record, self, t0, written);
+    }
     rt_.stats.count_kill(alerts::kill_scope::session, out.elapsed_ms / 1000);
     rt_.stats.count_tokens_revoked(out.tokens_revoked);
     rt_.audit_durable(
@@ -209,6 +247,83 @@ awaitable<std::optional<kill_outcome>> kill_switch::kill_session(const std::stri
     net::post(ex,
               [this, out, at = rt_.now()] { save_timing(rt_.store.get(), "session", out, at); });
     co_return out;
+}
+
+awaitable<std::size_t> kill_switch::apply_fleet_network(const kill_state& s) {
+    const std::function<bool(const live_connection&)> all = [](const live_connection&) {
+        return true;
+    };
+    if (s.engaged) {
+        const bool was = engaged_.exchange(true) && info_.engaged;
+        info_ = s;
+        unsaved_ = false;
+        const std::string why = "kill_switch";
+        const std::size_t closed = co_await rt_.connections.close_where(all, why);
+        rt_.stats.set_kill_switch_engaged(true);
+        if (!was) {
+            rt_.audit(
+                std::move(rt_.record("kill.network")
+                              .add("reason", s.reason)
+                              .add("by", s.by)
+                              .add("via", "fleet")
+                              .add("connections_closed", static_cast<std::uint64_t>(closed))));
+            rt_.events->publish(
+                "kill.network", "",
+                json::serialize(json::object{
+                    {"reason", s.reason}, {"by", s.by}, {"at", common::format_rfc3339(s.at)}}));
+        }
+        co_return closed;
+    }
+    if (!info_.engaged) {
+        co_return 0;
+    }
+    info_ = s;
+    unsaved_ = false;
+    engaged_.store(local_);
+    rt_.stats.set_kill_switch_engaged(local_);
+    rt_.audit(std::move(
+        rt_.record("revive").add("reason", s.reason).add("by", s.by).add("via", "fleet")));
+    rt_.events->publish("revive", "",
+                        json::serialize(json::object{{"reason", s.reason}, {"by", s.by}}));
+    co_return 0;
+}
+
+awaitable<std::size_t> kill_switch::engage_local(const std::string& reason) {
+    local_ = true;
+    engaged_.store(true);
+    rt_.stats.set_kill_switch_engaged(true);
+    const std::function<bool(const live_connection&)> all = [](const live_connection&) {
+        return true;
+    };
+    const std::string why = "kill_switch";
+    const std::size_t closed = co_await rt_.connections.close_where(all, why);
+    rt_.audit_durable(
+        std::move(rt_.record("kill.network")
+                      .add("reason", reason)
+                      .add("by", "cordon")
+                      .add("local", true)
+                      .add("connections_closed", static_cast<std::uint64_t>(closed))));
+    rt_.events->publish("kill.network", "",
+                        json::serialize(json::object{{"reason", reason}, {"by", "cordon"}}));
+    co_return closed;
+}
+
+void kill_switch::release_local() {
+    if (!local_) {
+        return;
+    }
+    local_ = false;
+    engaged_.store(info_.engaged);
+    rt_.stats.set_kill_switch_engaged(info_.engaged);
+    rt_.audit(std::move(rt_.record("revive")
+                            .add("reason", "cluster store back")
+                            .add("by", "cordon")
+                            .add("local", true)));
+    if (!info_.engaged) {
+        rt_.events->publish(
+            "revive", "",
+            json::serialize(json::object{{"reason", "cluster store back"}, {"by", "cordon"}}));
+    }
 }
 
 }  // namespace cordon::proxy::control

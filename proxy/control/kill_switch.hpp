@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/asio.hpp"
 #include "proxy/control/state_backend.hpp"
@@ -24,6 +26,9 @@ struct kill_outcome {
     bool already = false;  ///< the kill was already in force
     std::size_t tokens_revoked = 0;
     bool persisted = true;  ///< written to the state store before returning
+    std::string kill_id;    ///< "k-" + 16 hex: names the kill's record (fleet)
+    /// With a fleet (runtime::cluster): every instance's figures.
+    std::optional<fleet_outcome> fleet;
 };
 
 /// The network kill and the session kill, durable before they return (proxy/control/kill.cpp).
@@ -66,11 +71,23 @@ public:
     /// and nothing is waiting to be written. `why` says what is wrong. Control thread.
     bool state_durable(std::string& why);
 
+    // The fleet (docs/fleet.md). Control thread.
+    /// Another instance engaged (or lifted) the network kill: the flag, every live connection
+    /// closed, the event published. Returns how many were closed.
+    awaitable<std::size_t> apply_fleet_network(const kill_state& s);
+    /// This instance lost its store for cluster.store_timeout with fail_closed: the flag is
+    /// engaged here only (nothing written), connections closed; lifted by release_local().
+    awaitable<std::size_t> engage_local(const std::string& reason);
+    void release_local();
+    /// Whether the local (store lost) kill is engaged.
+    bool local_engaged() const noexcept { return local_; }
+
 private:
     runtime& rt_;
     std::atomic<bool> engaged_{false};
     kill_state info_;
     bool unsaved_ = false;  ///< info_ is not what the store holds
+    bool local_ = false;    ///< engaged by engage_local() (not part of info_)
     std::set<std::string> unsaved_sessions_;
 };
 

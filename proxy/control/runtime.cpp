@@ -59,6 +59,21 @@ void runtime::set_inspection(std::shared_ptr<inspect::inspector> i) {
             filter = std::make_shared<const audit::audit_log::line_filter>(
                 [i](std::string& text, std::size_t from) { i->broker()->hide_values(text, from); });
         }
+        if (!instance.empty()) {
+            // A fleet: every record says which instance wrote it (a name of [A-Za-z0-9._-],
+            // nothing to escape), before the closing brace of its line.
+            filter = std::make_shared<const audit::audit_log::line_filter>(
+                [inner = std::move(filter), field = ",\"instance\":\"" + instance +
+                                                    "\""](std::string& text, std::size_t from) {
+                    if (inner) {
+                        (*inner)(text, from);
+                    }
+                    const auto close = text.rfind('}');
+                    if (close != std::string::npos && close >= from) {
+                        text.insert(close, field);
+                    }
+                });
+        }
         audit_log_->set_line_filter(std::move(filter));
     }
     inspection_.store(std::move(i));

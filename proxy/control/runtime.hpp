@@ -34,6 +34,7 @@ class inspector;
 namespace cordon::proxy::control {
 
 class lifelines;
+class fleet;
 
 /// Per-session usage shared by the session's connections on every worker.
 struct session_usage {
@@ -109,6 +110,11 @@ public:
     /// SQLite (state_store) or etcd (etcd_store); null when it could not be opened (then killed).
     std::unique_ptr<state_backend> store;
     std::string store_error;
+    /// The fleet (the policy's `cluster`: proxy/control/fleet.hpp), owned by `store` (the
+    /// etcd_store); null without one. Control thread.
+    fleet* cluster = nullptr;
+    /// This instance's name in a fleet (cluster.instance); empty without one.
+    std::string instance;
     std::unique_ptr<event_bus> events;  ///< control thread only
     /// `cordon run`'s lifelines (proxy/control/lifelines.hpp); made by the admin API on first use.
     /// Control thread only.

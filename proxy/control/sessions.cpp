@@ -436,3 +436,114 @@ std::optional<stored_session> session_registry::stored(std::string_view session_
 }
 
 }  // namespace cordon::proxy::control
+
+namespace cordon::proxy::control {
+
+session_registry::merge_result session_registry::merge(const stored_session& s) {
+    if (s.id.empty() || s.job.empty()) {
+        throw std::invalid_argument("merge: a session has an empty id or job");
+    }
+    merge_result r;
+    std::unique_lock lock(mutex_);
+    auto it = sessions_.find(s.id);
+    if (it == sessions_.end()) {
+        stored_session copy = s;
+        copy.seq = next_seq_++;
+        std::string id = copy.id;
+        it = sessions_.emplace(std::move(id), from_stored(std::move(copy))).first;
+        if (it->second.state == session_state::active) {
+            ++active_;
+        }
+        r.added = true;
+        return r;
+    }
+    session_record& mine = it->second;
+    for (const auto& st : s.tokens) {
+        auto t = std::find_if(mine.tokens.begin(), mine.tokens.end(),
+                              [&](const token_record& x) { return x.info.id == st.id; });
+        if (t == mine.tokens.end()) {
+            if (mine.tokens.size() >= max_tokens_per_session) {
+                continue;  // bounded as add_token is: one more is never accepted here
+            }
+            token_record& nt = mine.tokens.emplace_back();
+            nt.info.id = st.id;
+            nt.info.created = st.created;
+            nt.info.expires_at = st.expires_at;
+            nt.info.revoked = st.revoked;
+            nt.info.revoked_reason = st.revoked_reason;
+            nt.hash = st.hash;
+            mine.expires_at = std::max(mine.expires_at, st.expires_at);
+            continue;
+        }
+        // A token is written once: only its revocation can follow.
+        if (st.revoked && !t->info.revoked) {
+            t->info.revoked = true;
+            t->info.revoked_reason = st.revoked_reason;
+            if (s.state == session_state::active) {
+                r.revoked.push_back(t->info.id);
+            }
+        }
+    }
+    const auto rank = [](session_state x) {
+        return x == session_state::killed ? 2 : x == session_state::ended ? 1 : 0;
+    };
+    if (rank(s.state) > rank(mine.state)) {
+        if (mine.state == session_state::active) {
+            --active_;
+        }
+        mine.state = s.state;
+        mine.end_reason = s.end_reason;
+        mine.ended_at = s.ended_at;
+        (s.state == session_state::killed ? r.killed : r.ended) = true;
+        for (auto& t : mine.tokens) {
+            if (!t.info.revoked) {
+                t.info.revoked = true;
+                t.info.revoked_reason = s.end_reason;
+            }
+        }
+    }
+    return r;
+}
+
+bool session_registry::forget(std::string_view session_id) {
+    std::unique_lock lock(mutex_);
+    const auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+        return false;
+    }
+    if (it->second.state == session_state::active) {
+        --active_;
+    }
+    sessions_.erase(it);
+    return true;
+}
+
+std::vector<std::string> session_registry::expire_now(std::string_view session_id) {
+    const auto now = now_();
+    std::vector<std::string> valid;
+    std::unique_lock lock(mutex_);
+    const auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) {
+        return valid;
+    }
+    session_record& s = it->second;
+    for (auto& t : s.tokens) {
+        if (!t.info.revoked && t.info.expires_at > now) {
+            t.info.expires_at = now;
+            t.expiry_reported = true;  // the caller closes its tunnels now
+            valid.push_back(t.info.id);
+        }
+    }
+    if (s.expires_at > now) {
+        s.expires_at = now;
+    }
+    if (s.state == session_state::active) {
+        --active_;
+        s.state = session_state::ended;
+        s.end_reason = std::string(expired_reason);
+        s.ended_at = now;
+    }
+    return valid;
+}
+
+}  // namespace cordon::proxy::control

@@ -232,6 +232,31 @@ public:
     /// Takes the shared lock.
     std::optional<stored_session> stored(std::string_view session_id) const;
 
+    /// What merge() changed.
+    struct merge_result {
+        bool added = false;                ///< the session was not known here
+        bool killed = false;               ///< it became killed
+        bool ended = false;                ///< it became ended (not killed)
+        std::vector<std::string> revoked;  ///< tokens it revoked (not by end or kill)
+        bool changed() const noexcept { return added || killed || ended || !revoked.empty(); }
+    };
+    /// Folds in a session as another instance of a fleet wrote it (docs/fleet.md). Monotone:
+    /// an unknown session is added (with a new seq; the max_active_sessions bound is not
+    /// applied); a known one gains the tokens it lacks, revocations, and moves forward only
+    /// (active -> ended -> killed; killed stays killed); nothing is ever un-revoked. Throws
+    /// std::invalid_argument for an empty id or job (unchanged then).
+    merge_result merge(const stored_session& s);
+
+    /// Removes a session outright: a create whose write the fleet's store refused (it was
+    /// never handed out). False if unknown.
+    bool forget(std::string_view session_id);
+
+    /// The fleet's store let the session's lease run out (etcd's clock, not this host's): an
+    /// active session ends as expired and every token not revoked expires now. Returns the
+    /// ids of the tokens that were still valid (their tunnels close), empty if none or
+    /// unknown.
+    std::vector<std::string> expire_now(std::string_view session_id);
+
 private:
     struct token_record {
         token_info info;

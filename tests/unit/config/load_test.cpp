@@ -1793,7 +1793,7 @@ TEST_CASE("load: diagnostic::to_string", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK(r.errors[0].to_string() ==
               "etc/cordon.yaml:3:1: policy: unknown key 'bogus' (expected one of: listen, admin, "
-              "dns, state, audit, alerts, kill, proxy, inspect, secrets, jobs)");
+              "dns, state, audit, alerts, kill, proxy, inspect, secrets, jobs, cluster)");
     }
     SECTION("a YAML syntax error carries its position") {
         const load_result r = load_policy("{ unclosed", "x.yaml");

@@ -1,0 +1,836 @@
+// The fleet's state in etcd: writes committed by etcd, a local copy kept current by a watch,
+// the instance registry, and kills confirmed by every instance (docs/fleet.md).
+
+#include "proxy/control/etcd_store.hpp"
+
+#include <unistd.h>
+
+#include <boost/json.hpp>
+
+#include <iostream>
+
+#include "common/time.hpp"
+#include "proxy/control/runtime.hpp"
+#include "proxy/control/tokens.hpp"
+
+namespace cordon::proxy::control {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+namespace json = boost::json;
+
+double ms_since(steady::time_point t0) {
+    return std::chrono::duration<double, std::milli>(steady::now() - t0).count();
+}
+
+std::int64_t wall_seconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               common::wall_clock::now().time_since_epoch())
+        .count();
+}
+
+constexpr auto keepalive_every = 1s;
+// Kill records and confirmations are kept a week (as the SQLite store keeps its events).
+constexpr std::int64_t records_ttl_s = 7 * 24 * 3600;
+// After a session's last token expires its facts stay this long (seconds), then its lease
+// takes them: a little slack over the token's own expiry, counted on etcd's clock.
+constexpr std::int64_t session_slack_s = 2;
+// How long a write is retried while etcd is thought up (member loss, leader election).
+constexpr auto write_retry_for = 2500ms;
+
+}  // namespace
+
+etcd_store::etcd_store(runtime& rt, net::io_context& control, config::cluster_spec spec,
+                       std::optional<std::string> password)
+    : rt_(rt),
+      control_(control),
+      spec_(std::move(spec)),
+      writer_(etcd_client::options{spec_.endpoints, 1000ms, spec_.username, password}),
+      password_(std::move(password)) {
+    path_ = "etcd";
+    for (const auto& e : spec_.endpoints) {
+        path_ += " http://" + e.host + ":" + std::to_string(e.port);
+    }
+    path_ += " prefix " + spec_.prefix;
+    started_ = common::wall_clock::now();
+}
+
+etcd_store::~etcd_store() { stop(); }
+
+bool etcd_store::load(loaded_state& out, std::string& error) {
+    std::vector<etcd::key_value> kvs;
+    std::int64_t revision = 0;
+    if (!writer_.range_all(spec_.prefix, kvs, revision, error)) {
+        return false;
+    }
+    copy_.clear();
+    for (auto& kv : kvs) {
+        etcd::event e;
+        e.kv = std::move(kv);
+        copy_.apply(e, spec_.prefix);
+    }
+    // What is already there was confirmed by whoever was running then.
+    if (!copy_.network_kill_id().empty()) {
+        confirmed_.insert(copy_.network_kill_id());
+    }
+    out.sessions = copy_.sessions();
+    for (const auto& s : out.sessions) {
+        if (auto kid = copy_.session_kill_id(s.id); !kid.empty()) {
+            confirmed_.insert(kid);
+        }
+    }
+    out.kill = copy_.network();
+    // Events live in memory; ids keep increasing across restarts (from the wall clock).
+    next_event_id_ = static_cast<std::uint64_t>(std::max<std::int64_t>(0, wall_seconds())) *
+                     1000000;
+    out.last_event_id = next_event_id_;
+    next_revision_.store(revision + 1);
+    loaded_ = true;
+    caught_up_ = true;
+    up_.store(true);
+    return true;
+}
+
+void etcd_store::start(const std::string& admin, const std::string& proxy) {
+    admin_ = admin;
+    proxy_ = proxy;
+    rt_.stats.enable_cluster();
+    // The registry: this instance, under a lease that lapses when it stops renewing it.
+    std::string error;
+    const auto ttl_s = std::max<std::int64_t>(
+        2, std::chrono::duration_cast<std::chrono::seconds>(spec_.instance_ttl).count());
+    std::int64_t lease = 0;
+    if (up_.load() && writer_.grant(ttl_s, lease, error)) {
+        instance_lease_.store(lease);
+        fleet_instance me{spec_.instance, admin_, proxy_, ::getpid(), started_, 0};
+        if (!write({etcd::txn_op{false, key(fleet_keys::instance(spec_.instance)),
+                                 instance_value(me), lease}},
+                   error)) {
+            std::cerr << "cordon: cluster: registering " << spec_.instance << ": " << error << '\n';
+        }
+    } else if (up_.load()) {
+        std::cerr << "cordon: cluster: the instance lease: " << error << '\n';
+    }
+    rt_.stats.set_cluster_instances(copy_.instances().size());
+    rt_.stats.set_cluster_store_up(serving());
+    watch_ = std::thread([this] { watch_thread(); });
+    keepalive_ = std::thread([this] { keepalive_thread(); });
+}
+
+void etcd_store::stop() {
+    if (stopping_.exchange(true)) {
+        return;
+    }
+    { std::lock_guard lock(stop_mu_); }
+    stop_cv_.notify_all();
+    net::post(watch_ioc_, [this] { drop_watch(); });
+    if (watch_.joinable()) {
+        watch_.join();
+    }
+    if (keepalive_.joinable()) {
+        keepalive_.join();
+    }
+    // Leave the registry now rather than after the lease (a clean stop).
+    if (const auto lease = instance_lease_.exchange(0); lease != 0 && up_.load()) {
+        std::string error;
+        writer_.revoke(lease, error);
+    }
+}
+
+template <class Call>
+bool etcd_store::retrying(Call&& call, std::string& error) {
+    // Retried for a bounded time: a member lost mid-call, or a leader election (about a second
+    // in a 3-member cluster), must not fail a kill's write. Every call is idempotent.
+    const auto deadline = steady::now() + write_retry_for;
+    for (int attempt = 0;; ++attempt) {
+        if (call()) {
+            return true;
+        }
+        if (!up_.load() || steady::now() + 50ms > deadline) {
+            return false;
+        }
+        if (attempt == 0) {
+            std::cerr
+                << "cordon: cluster: " << error << " (retrying for "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(write_retry_for).count()
+                << " ms)\n";
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+}
+
+bool etcd_store::write(std::vector<etcd::txn_op> ops, std::string& error) {
+    if (!up_.load()) {
+        error = "etcd is unreachable (" + spec_.prefix + "); kept to be written again";
+        return false;
+    }
+    bool ok = false;
+    etcd::header h;
+    if (!retrying([&] { return writer_.txn({}, ops, ok, h, error); }, error)) {
+        return false;
+    }
+    if (!ok) {
+        error = "etcd: the transaction was not applied";
+        return false;
+    }
+    // Applied here at once, at the revision etcd gave it.
+    for (auto& op : ops) {
+        etcd::event e;
+        e.deleted = op.is_delete;
+        e.kv.key = std::move(op.key);
+        e.kv.value = std::move(op.value);
+        e.kv.lease = op.lease;
+        e.kv.mod_revision = h.revision;
+        if (const auto* had = copy_.raw(std::string_view(e.kv.key).substr(spec_.prefix.size()))) {
+            e.kv.create_revision = had->create_revision;
+        } else {
+            e.kv.create_revision = h.revision;
+        }
+        copy_.apply(e, spec_.prefix);
+    }
+    return true;
+}
+
+std::int64_t etcd_store::lease_for(common::wall_clock::time_point expires_at, std::string& error) {
+    const std::int64_t now_s = wall_seconds();
+    const std::int64_t exp_s =
+        std::chrono::duration_cast<std::chrono::seconds>(expires_at.time_since_epoch()).count() + 1;
+    // One lease per expiry second: sessions created together share it.
+    if (const auto it = leases_.find(exp_s); it != leases_.end()) {
+        return it->second;
+    }
+    leases_.erase(leases_.begin(), leases_.lower_bound(now_s));
+    std::int64_t id = 0;
+    const std::int64_t ttl = std::max<std::int64_t>(1, exp_s - now_s) + session_slack_s;
+    if (!up_.load() || !retrying([&] { return writer_.grant(ttl, id, error); }, error)) {
+        if (!up_.load()) {
+            error = "etcd is unreachable (" + spec_.prefix + ")";
+        }
+        return 0;
+    }
+    leases_[exp_s] = id;
+    return id;
+}
+
+std::int64_t etcd_store::records_lease(std::string& error) {
+    if (records_lease_ == 0 || steady::now() - records_lease_at_ > 24h) {
+        std::int64_t id = 0;
+        if (!up_.load() ||
+            !retrying([&] { return writer_.grant(records_ttl_s, id, error); }, error)) {
+            return 0;
+        }
+        records_lease_ = id;
+        records_lease_at_ = steady::now();
+    }
+    return records_lease_;
+}
+
+void etcd_store::kill_id_for(const std::string& session, const std::string& kill_id) {
+    pending_kill_[session] = kill_id;
+    confirmed_.insert(kill_id);  // given here: this instance confirms it itself (gather)
+}
+
+bool etcd_store::save_session(const stored_session& s, std::string& error) {
+    std::vector<etcd::txn_op> ops;
+    const auto* had = copy_.raw(fleet_keys::session(s.id));
+    // The lease: the session's, unless a new token outlives it (then every fact moves to a
+    // new, longer one, so no fact of the session outlives another).
+    std::int64_t lease = had != nullptr ? had->lease : 0;
+    bool moved = false;
+    const auto view = copy_.session(s.id);
+    if (had == nullptr || (view && s.expires_at > view->expires_at)) {
+        lease = lease_for(s.expires_at, error);
+        if (lease == 0) {
+            return false;
+        }
+        moved = had != nullptr;
+    }
+    if (moved) {
+        for (const auto* kv : copy_.session_keys(s.id)) {
+            ops.push_back(etcd::txn_op{false, key(kv->key), kv->value, lease});
+        }
+    }
+    if (had == nullptr) {
+        ops.push_back(etcd::txn_op{false, key(fleet_keys::session(s.id)), session_value(s), lease});
+    }
+    for (const auto& t : s.tokens) {
+        if (copy_.raw(fleet_keys::token(s.id, t.id)) == nullptr) {
+            ops.push_back(
+                etcd::txn_op{false, key(fleet_keys::token(s.id, t.id)), token_value(t), lease});
+        }
+        // A revocation of its own (not one that came with the session's end or kill).
+        const bool by_session = s.state != session_state::active &&
+                                t.revoked_reason == s.end_reason;
+        if (t.revoked && !by_session && copy_.raw(fleet_keys::revoked(s.id, t.id)) == nullptr) {
+            ops.push_back(etcd::txn_op{false, key(fleet_keys::revoked(s.id, t.id)),
+                                       reason_value(t.revoked_reason, "", s.ended_at, ""), lease});
+        }
+    }
+    if (s.state == session_state::killed && copy_.raw(fleet_keys::killed(s.id)) == nullptr) {
+        std::string kid;
+        if (const auto it = pending_kill_.find(s.id); it != pending_kill_.end()) {
+            kid = it->second;
+        }
+        ops.push_back(etcd::txn_op{false, key(fleet_keys::killed(s.id)),
+                                   reason_value(s.end_reason, "", s.ended_at, kid), lease});
+    }
+    // Expiry is judged on every instance (and by the lease); an end by expiry is not written.
+    if (s.state == session_state::ended && s.end_reason != session_registry::expired_reason &&
+        copy_.raw(fleet_keys::ended(s.id)) == nullptr &&
+        copy_.raw(fleet_keys::killed(s.id)) == nullptr) {
+        ops.push_back(etcd::txn_op{false, key(fleet_keys::ended(s.id)),
+                                   reason_value(s.end_reason, "", s.ended_at, ""), lease});
+    }
+    if (ops.empty()) {
+        return true;
+    }
+    if (!write(std::move(ops), error)) {
+        return false;
+    }
+    pending_kill_.erase(s.id);
+    return true;
+}
+
+bool etcd_store::save_kill(const kill_state& k, std::string& error) {
+    std::string kid;
+    if (const auto it = pending_kill_.find(""); it != pending_kill_.end() && k.engaged) {
+        kid = it->second;
+    }
+    if (!write({etcd::txn_op{false, key(fleet_keys::network()), network_value(k, kid), 0}},
+               error)) {
+        return false;
+    }
+    pending_kill_.erase("");
+    return true;
+}
+
+bool etcd_store::save_kill_timing(const kill_timing& t, std::string& error) {
+    return write(
+        {etcd::txn_op{false, key(fleet_keys::timing(spec_.instance, t.scope)), timing_value(t), 0}},
+        error);
+}
+
+bool etcd_store::kill_timings(std::vector<kill_timing>& out, std::string&) {
+    out.clear();
+    for (const auto& scope : {"network", "session"}) {
+        if (copy_.raw(fleet_keys::timing(spec_.instance, scope)) != nullptr) {
+            for (const auto& t : copy_.timings()) {
+                if (t.scope == scope) {
+                    out.push_back(t);
+                    break;
+                }
+            }
+        }
+    }
+    return true;
+}
+
+bool etcd_store::append_event(stored_event& e, std::string&) {
+    e.id = ++next_event_id_;
+    return true;
+}
+
+bool etcd_store::check(std::string& error) {
+    if (!up_.load()) {
+        error = "etcd is unreachable (" + path_ + ")";
+        return false;
+    }
+    if (!caught_up_) {
+        error = "catching up with etcd";
+        return false;
+    }
+    return true;
+}
+
+bool etcd_store::serving() const { return up_.load() && loaded_ && caught_up_; }
+
+std::vector<fleet_instance> etcd_store::instances() const {
+    std::vector<fleet_instance> out;
+    for (const auto& [name, i] : copy_.instances()) {
+        out.push_back(i);
+    }
+    return out;
+}
+
+std::string etcd_store::describe() const {
+    if (!up_.load()) {
+        return "unreachable";
+    }
+    return caught_up_ ? "up" : "catching up";
+}
+
+void etcd_store::tick() {
+    const bool serve = serving();
+    rt_.stats.set_cluster_store_up(serve);
+    rt_.stats.set_cluster_instances(copy_.instances().size());
+    const auto now = steady::now();
+    if (serve) {
+        if (!was_serving_) {
+            std::cerr << "cordon: cluster: etcd reachable and caught up: serving new sessions\n";
+        }
+        down_since_ = {};
+        if (rt_.kill.local_engaged()) {
+            std::cerr << "cordon: cluster: lifting the local network kill (etcd is back)\n";
+            rt_.kill.release_local();
+        }
+    } else {
+        if (was_serving_) {
+            std::cerr << "cordon: cluster: etcd " << describe()
+                      << ": new sessions are refused (503); known sessions and kills stay\n";
+        }
+        if (down_since_ == steady::time_point{}) {
+            down_since_ = now;
+        }
+        if (spec_.fail_closed && !rt_.kill.local_engaged() &&
+            now - down_since_ >= spec_.store_timeout) {
+            std::cerr
+                << "cordon: cluster: etcd lost for "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(now - down_since_).count()
+                << " ms: engaging the local network kill (fail_closed)\n";
+            net::co_spawn(
+                control_,
+                [this]() -> awaitable<void> {
+                    const std::string why = "cluster store lost (fail_closed)";  // named: GCC 12
+                    co_await rt_.kill.engage_local(why);
+                },
+                net::detached);
+        }
+    }
+    was_serving_ = serve;
+    if (reload_asked_.exchange(false)) {
+        reload_whole();
+    }
+}
+
+void etcd_store::confirm(const std::string& kill_id, std::uint64_t closed, double elapsed_ms) {
+    std::string error;
+    const std::int64_t lease = records_lease(error);
+    if (lease == 0 ||
+        !write(
+            {etcd::txn_op{false, key(fleet_keys::confirm(kill_id, spec_.instance)),
+                          confirm_value(instance_confirmation{spec_.instance, closed, elapsed_ms}),
+                          lease}},
+            error)) {
+        std::cerr << "cordon: cluster: confirming kill " << kill_id << ": " << error << '\n';
+    }
+}
+
+awaitable<fleet_outcome> etcd_store::gather(const fleet_kill& kill,
+                                            const instance_confirmation& mine,
+                                            steady::time_point t0, bool persisted) {
+    // Copies, never the parameters themselves: the caller's temporaries outlive the
+    // co_await, and GCC 12 mishandles writes to a coroutine's by-value aggregate parameters.
+    fleet_kill k = kill;
+    instance_confirmation self = mine;
+    fleet_outcome out;
+    self.instance = spec_.instance;
+    out.instances.push_back(self);
+    out.connections_closed = self.connections_closed;
+    out.elapsed_ms = self.elapsed_ms;
+    std::vector<std::string> waiting;
+    for (const auto& [name, i] : copy_.instances()) {
+        if (name != spec_.instance) {
+            waiting.push_back(name);
+        }
+    }
+    std::string error;
+    k.origin = spec_.instance;
+    const std::int64_t lease = persisted ? records_lease(error) : 0;
+    if (!persisted || lease == 0 ||
+        !write(
+            {etcd::txn_op{false, key(fleet_keys::kill_record(k.id)), kill_record_value(k), lease},
+             etcd::txn_op{false, key(fleet_keys::confirm(k.id, spec_.instance)),
+                          confirm_value(self), lease}},
+            error)) {
+        if (!error.empty()) {
+            std::cerr << "cordon: cluster: kill " << k.id << ": " << error << '\n';
+        }
+        out.missing = std::move(waiting);
+        co_return out;
+    }
+    const auto deadline = steady::now() + spec_.kill_wait;
+    net::steady_timer timer(co_await net::this_coro::executor);
+    // Polled on the control thread: the watch's confirmations land in the copy between polls.
+    while (!waiting.empty()) {
+        const auto* got = copy_.confirms(k.id);
+        for (auto it = waiting.begin(); it != waiting.end();) {
+            const auto c = got != nullptr ? got->find(*it) : decltype(got->end()){};
+            if (got != nullptr && c != got->end()) {
+                const double seen_ms = ms_since(t0);
+                rt_.stats.observe_kill_propagation(seen_ms / 1000);
+                out.instances.push_back(c->second);
+                out.connections_closed += c->second.connections_closed;
+                out.elapsed_ms = std::max(out.elapsed_ms, seen_ms);
+                it = waiting.erase(it);
+            } else if (copy_.instances().count(*it) == 0) {
+                it = waiting.erase(it);  // left the registry meanwhile (stopped)
+            } else {
+                ++it;
+            }
+        }
+        if (waiting.empty() || steady::now() >= deadline) {
+            break;
+        }
+        timer.expires_after(2ms);
+        co_await timer.async_wait(use_nothrow);
+    }
+    out.missing = std::move(waiting);
+    co_return out;
+}
+
+void etcd_store::on_events(std::vector<etcd::event> events) {
+    const auto received = steady::now();
+    for (const auto& e : events) {
+        act(copy_.apply(e, spec_.prefix), received);
+    }
+    if (!caught_up_ && copy_.revision() >= catch_up_to_) {
+        caught_up_ = true;
+    }
+}
+
+void etcd_store::act(const fleet_state::change& c, steady::time_point received) {
+    using what = fleet_state::what;
+    switch (c.kind) {
+        case what::session: {
+            const auto s = copy_.session(c.id);
+            if (!s) {
+                return;
+            }
+            session_registry::merge_result r;
+            try {
+                r = rt_.sessions.merge(*s);
+            } catch (const std::exception&) {
+                return;  // an id or job cordon never writes: nothing to serve
+            }
+            const std::string kid = copy_.session_kill_id(c.id);
+            if (r.killed || (!kid.empty() && confirmed_.count(kid) == 0)) {
+                if (!kid.empty()) {
+                    confirmed_.insert(kid);
+                }
+                net::co_spawn(control_,
+                              close_and_confirm(c.id, "", "session_killed", kid, received),
+                              net::detached);
+                rt_.events->publish("kill.session", c.id,
+                                    json::serialize(json::object{{"session", c.id},
+                                                                 {"job", s->job},
+                                                                 {"reason", s->end_reason},
+                                                                 {"by", "fleet"}}));
+                rt_.forget_usage(c.id);
+            } else if (r.ended) {
+                net::co_spawn(control_, close_and_confirm(c.id, "", "session_ended", "", received),
+                              net::detached);
+                rt_.events->publish("session.end", c.id,
+                                    json::serialize(json::object{{"session", c.id},
+                                                                 {"job", s->job},
+                                                                 {"by", "fleet"},
+                                                                 {"reason", s->end_reason}}));
+                rt_.forget_usage(c.id);
+            }
+            for (const auto& tid : r.revoked) {
+                net::co_spawn(control_, close_and_confirm(c.id, tid, "token_revoked", "", received),
+                              net::detached);
+                rt_.events->publish("token.revoke", c.id,
+                                    json::serialize(json::object{
+                                        {"session", c.id}, {"token_id", tid}, {"by", "fleet"}}));
+            }
+            return;
+        }
+        case what::session_gone: {
+            if (!rt_.sessions.expire_now(c.id).empty()) {
+                net::co_spawn(control_, close_and_confirm(c.id, "", "token_expired", "", received),
+                              net::detached);
+            }
+            return;
+        }
+        case what::network: {
+            const kill_state k = copy_.network();
+            const std::string kid = copy_.network_kill_id();
+            const bool news = k.engaged != rt_.kill.info().engaged ||
+                              (k.engaged && !kid.empty() && confirmed_.count(kid) == 0);
+            if (!news) {
+                return;
+            }
+            if (!kid.empty()) {
+                confirmed_.insert(kid);
+            }
+            net::co_spawn(control_, network_and_confirm(k, k.engaged ? kid : "", received),
+                          net::detached);
+            return;
+        }
+        case what::instance:
+        case what::instance_gone: rt_.stats.set_cluster_instances(copy_.instances().size()); return;
+        default: return;
+    }
+}
+
+awaitable<void> etcd_store::close_and_confirm(std::string session, std::string token,
+                                              std::string why, std::string kill_id,
+                                              steady::time_point received) {
+    const std::function<bool(const live_connection&)> match = [&session,
+                                                               &token](const live_connection& c) {
+        return c.session == session && (token.empty() || c.token_id == token);
+    };
+    const std::size_t closed = co_await rt_.connections.close_where(match, why);
+    if (!kill_id.empty()) {
+        confirm(kill_id, closed, ms_since(received));
+    }
+}
+
+awaitable<void> etcd_store::network_and_confirm(kill_state k, std::string kill_id,
+                                                steady::time_point received) {
+    const std::size_t closed = co_await rt_.kill.apply_fleet_network(k);
+    if (!kill_id.empty()) {
+        confirm(kill_id, closed, ms_since(received));
+    }
+}
+
+void etcd_store::reload_whole() {
+    std::vector<etcd::key_value> kvs;
+    std::int64_t revision = 0;
+    std::string error;
+    if (!writer_.range_all(spec_.prefix, kvs, revision, error)) {
+        std::cerr << "cordon: cluster: reloading: " << error << '\n';
+        reload_asked_.store(true);  // the next tick tries again
+        return;
+    }
+    const auto received = steady::now();
+    std::set<std::string> present;
+    for (const auto& kv : kvs) {
+        present.insert(kv.key.substr(std::min(kv.key.size(), spec_.prefix.size())));
+    }
+    // What went while the watch was away, then what is there now.
+    for (const auto& k : copy_.keys()) {
+        if (present.count(k) == 0) {
+            etcd::event e;
+            e.deleted = true;
+            e.kv.key = spec_.prefix + k;
+            e.kv.mod_revision = revision;
+            act(copy_.apply(e, spec_.prefix), received);
+        }
+    }
+    for (auto& kv : kvs) {
+        etcd::event e;
+        e.kv = std::move(kv);
+        act(copy_.apply(e, spec_.prefix), received);
+    }
+    loaded_ = true;
+    caught_up_ = true;
+    next_revision_.store(revision + 1);
+    std::cerr << "cordon: cluster: reloaded whole at revision " << revision << '\n';
+}
+
+void etcd_store::drop_watch() {
+    if (watch_conn_ != nullptr) {
+        error_code ignored;
+        watch_conn_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+        watch_conn_->socket().close(ignored);
+    }
+}
+
+void etcd_store::keepalive_thread() {
+    etcd_client client(writer_.settings());
+    const auto ttl_s = std::max<std::int64_t>(
+        2, std::chrono::duration_cast<std::chrono::seconds>(spec_.instance_ttl).count());
+    const auto every = std::min<std::chrono::milliseconds>(keepalive_every, spec_.instance_ttl / 3);
+    bool said = false;
+    while (!stopping_.load()) {
+        std::string error;
+        bool ok = false;
+        std::int64_t lease = instance_lease_.load();
+        std::int64_t ttl = 0;
+        if (lease != 0 && client.keepalive(lease, ttl, error)) {
+            ok = ttl > 0;
+            if (!ok) {
+                lease = 0;  // lapsed (a partition longer than its TTL): register again
+            }
+        }
+        if (!ok && lease == 0) {
+            // (Re)register: a new lease and the registry key under it.
+            std::int64_t id = 0;
+            etcd::header h;
+            fleet_instance me{spec_.instance, admin_, proxy_, ::getpid(), started_, 0};
+            if (client.grant(ttl_s, id, error) &&
+                client.put(spec_.prefix + fleet_keys::instance(spec_.instance), instance_value(me),
+                           id, h, error)) {
+                instance_lease_.store(id);
+                ok = true;
+            }
+        }
+        const bool was = up_.exchange(ok);
+        if (ok && !was) {
+            // Back: the watch resumes (or reloads), and the copy is not current until it has.
+            net::post(control_, [this] {
+                caught_up_ = false;
+                catch_up_to_ = std::numeric_limits<std::int64_t>::max();
+            });
+            said = false;
+        }
+        if (!ok && !said) {
+            std::cerr << "cordon: cluster: etcd: " << error << '\n';
+            said = true;
+        }
+        if (!ok && was) {
+            // A partition: the watch's connection may hang silently; drop it.
+            net::post(watch_ioc_, [this] { drop_watch(); });
+        }
+        std::unique_lock lock(stop_mu_);
+        stop_cv_.wait_for(lock, every, [this] { return stopping_.load(); });
+    }
+}
+
+void etcd_store::watch_thread() {
+    etcd_client probe(writer_.settings());
+    int backoff_ms = 100;
+    while (!stopping_.load()) {
+        watch_ioc_.restart();
+        std::int64_t from = next_revision_.load();
+        std::string error;
+        if (from == 0 || !up_.load()) {
+            if (from == 0 && up_.load()) {
+                reload_asked_.store(true);  // the control thread's tick reloads whole
+            }
+            std::unique_lock lock(stop_mu_);
+            stop_cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms),
+                              [this] { return stopping_.load(); });
+            continue;
+        }
+        // What the copy must reach to be current: the newest key under the prefix now.
+        std::int64_t target = 0;
+        if (!probe.newest_revision(spec_.prefix, target, error)) {
+            std::unique_lock lock(stop_mu_);
+            stop_cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms),
+                              [this] { return stopping_.load(); });
+            backoff_ms = std::min(backoff_ms * 2, 2000);
+            continue;
+        }
+        net::post(control_, [this, target] {
+            catch_up_to_ = target;
+            if (copy_.revision() >= target) {
+                caught_up_ = true;
+            }
+        });
+        std::string token;
+        probe.auth_token(token, error);
+        const auto& eps = writer_.settings().endpoints;
+        bool compacted = false;
+        std::int64_t last = from - 1;
+        for (std::size_t i = 0; i < eps.size() && !stopping_.load() && !compacted; ++i) {
+            const auto& ep = eps[(static_cast<std::size_t>(backoff_ms) + i) % eps.size()];
+            net::co_spawn(
+                watch_ioc_,
+                [&]() -> awaitable<void> {
+                    tcp::resolver resolver(watch_ioc_);
+                    const std::string port = std::to_string(ep.port);  // named: GCC 12
+                    auto [rec, results] = co_await resolver.async_resolve(ep.host, port,
+                                                                          use_nothrow);
+                    if (rec) {
+                        co_return;
+                    }
+                    beast::tcp_stream stream(watch_ioc_);
+                    watch_conn_ = &stream;
+                    struct forget {
+                        beast::tcp_stream*& p;
+                        ~forget() { p = nullptr; }
+                    } forget_conn{watch_conn_};
+                    if (stopping_.load()) {
+                        co_return;
+                    }
+                    stream.expires_after(1s);
+                    auto [cec, cep] = co_await stream.async_connect(results, use_nothrow);
+                    if (cec) {
+                        co_return;
+                    }
+                    http::request<http::string_body> req{http::verb::post, "/v3/watch", 11};
+                    req.set(http::field::host, ep.host + ":" + std::to_string(ep.port));
+                    req.set(http::field::content_type, "application/json");
+                    if (!token.empty()) {
+                        req.set(http::field::authorization, token);
+                    }
+                    req.body() = etcd::watch_create_body(
+                        spec_.prefix, etcd::range_end_of(spec_.prefix), last + 1);
+                    req.prepare_payload();
+                    auto [wec, wn] = co_await http::async_write(stream, req, use_nothrow);
+                    if (wec) {
+                        co_return;
+                    }
+                    beast::flat_buffer buf;
+                    http::response_parser<http::empty_body> parser;
+                    parser.header_limit(16 * 1024);
+                    parser.body_limit(boost::none);  // a stream; each message is bounded below
+                    etcd::watch_stream ws;
+                    bool bad = false;
+                    std::vector<etcd::event> batch;
+                    auto on_chunk = [&](std::uint64_t, beast::string_view chunk,
+                                        error_code&) -> std::size_t {
+                        const std::string_view body(chunk.data(), chunk.size());
+                        std::vector<etcd::watch_message> msgs;
+                        std::string why;
+                        if (ws.feed(body, msgs, why) == etcd::watch_stream::status::bad) {
+                            std::cerr << "cordon: cluster: watch: " << why << '\n';
+                            bad = true;
+                            return body.size();
+                        }
+                        for (auto& m : msgs) {
+                            if (m.canceled) {
+                                if (m.compact_revision > 0) {
+                                    compacted = true;
+                                }
+                                bad = true;
+                                continue;
+                            }
+                            for (auto& e : m.events) {
+                                last = std::max(last, e.kv.mod_revision);
+                                batch.push_back(std::move(e));
+                            }
+                        }
+                        return body.size();
+                    };
+                    parser.on_chunk_body(on_chunk);
+                    auto [hec, hn] = co_await http::async_read_header(stream, buf, parser,
+                                                                      use_nothrow);
+                    if (hec || parser.get().result() != http::status::ok || !parser.chunked()) {
+                        co_return;
+                    }
+                    stream.expires_never();
+                    backoff_ms = 100;
+                    while (!bad && !parser.is_done() && !stopping_.load()) {
+                        auto [rec2, n] = co_await http::async_read_some(stream, buf, parser,
+                                                                        use_nothrow);
+                        if (rec2) {
+                            break;
+                        }
+                        if (!batch.empty()) {
+                            net::post(control_, [this, b = std::move(batch)]() mutable {
+                                on_events(std::move(b));
+                            });
+                            batch.clear();
+                        }
+                    }
+                    if (!batch.empty()) {
+                        net::post(control_, [this, b = std::move(batch)]() mutable {
+                            on_events(std::move(b));
+                        });
+                    }
+                    error_code ignored;
+                    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+                },
+                net::detached);
+            watch_ioc_.run();
+            watch_ioc_.restart();
+        }
+        if (last >= from) {
+            next_revision_.store(last + 1);
+        }
+        if (compacted) {
+            std::cerr << "cordon: cluster: watch: history compacted; reloading whole\n";
+            next_revision_.store(0);
+        }
+        std::unique_lock lock(stop_mu_);
+        stop_cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms),
+                          [this] { return stopping_.load(); });
+        backoff_ms = std::min(backoff_ms * 2, 2000);
+    }
+}
+
+}  // namespace cordon::proxy::control
