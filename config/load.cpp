@@ -44,7 +44,8 @@ void loader::load(const YAML::Node& root, policy& p) {
     }
     const auto keys = check_keys(root, "",
                                  {"listen", "admin", "dns", "state", "audit", "alerts", "kill",
-                                  "proxy", "inspect", "secrets", "jobs", "cluster"});
+                                  "proxy", "inspect", "secrets", "jobs", "upstream_proxy",
+                                  "cluster"});
     // Jobs first: later sections refer to job names.
     if (const auto* n = find(keys, "jobs")) {
         load_jobs(*n, p);
@@ -90,6 +91,9 @@ void loader::load(const YAML::Node& root, policy& p) {
     }
     if (const auto* n = find(keys, "secrets")) {
         load_secrets(*n, p);
+    }
+    if (const auto* n = find(keys, "upstream_proxy")) {
+        load_upstream_proxy(*n, p);
     }
     if (const auto* n = find(keys, "cluster")) {
         load_cluster(*n, p);

@@ -28,13 +28,16 @@ void loader::load_listen(const YAML::Node& n, listen_spec& out) {
     if (!expect_map(n, "listen")) {
         return;
     }
-    const auto keys = check_keys(n, "listen", {"proxy", "dns", "admin"});
+    const auto keys = check_keys(n, "listen", {"proxy", "socks", "dns", "admin"});
     if (const auto* v = find(keys, "proxy")) {
         if (auto e = get_endpoint(*v, "listen.proxy")) {
             out.proxy = *e;
         }
     } else {
         error(n, "listen", "missing key 'proxy' (e.g. `proxy: 127.0.0.1:3128`)");
+    }
+    if (const auto* v = find(keys, "socks")) {
+        out.socks = get_endpoint(*v, "listen.socks");
     }
     if (const auto* v = find(keys, "dns")) {
         out.dns = get_endpoint(*v, "listen.dns");
@@ -53,6 +56,9 @@ void loader::load_listen(const YAML::Node& n, listen_spec& out) {
     const std::optional<endpoint> proxy = find(keys, "proxy") != nullptr
                                               ? std::optional<endpoint>(out.proxy)
                                               : std::nullopt;
+    clash(proxy, out.socks, "proxy", "socks");
+    clash(out.socks, out.dns, "socks", "dns");
+    clash(out.socks, out.admin, "socks", "admin");
     clash(proxy, out.dns, "proxy", "dns");
     clash(proxy, out.admin, "proxy", "admin");
     clash(out.dns, out.admin, "dns", "admin");

@@ -255,16 +255,18 @@ bool loader::load_rule(const YAML::Node& n, const std::string& path, egress_rule
                 r.proto = protocol::http;
             } else if (*s == "https") {
                 r.proto = protocol::https;
+            } else if (*s == "ssh") {
+                r.proto = protocol::ssh;
             } else {
                 error(*proto, path + ".protocol",
-                      "unknown protocol '" + *s + "' (expected tls, tcp, http or https)");
+                      "unknown protocol '" + *s + "' (expected tls, tcp, ssh, http or https)");
             }
         }
     }
     if (net != nullptr) {
         if (proto == nullptr) {
             error(n, path,
-                  "a 'cidr' rule must name its protocol: tcp or http (tls needs "
+                  "a 'cidr' rule must name its protocol: tcp, ssh or http (tls needs "
                   "a host name for the SNI check)");
         } else if ((r.proto == protocol::tls && proto->IsScalar() && proto->Scalar() == "tls") ||
                    r.proto == protocol::https) {

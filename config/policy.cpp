@@ -11,6 +11,7 @@ std::string_view to_string(protocol p) noexcept {
         case protocol::tcp: return "tcp";
         case protocol::http: return "http";
         case protocol::https: return "https";
+        case protocol::ssh: return "ssh";
     }
     return "?";
 }
@@ -147,6 +148,7 @@ std::vector<std::string> keep_restart_only(const policy& running, policy& next) 
         }
     };
     keep("listen.proxy", running.listen.proxy, next.listen.proxy);
+    keep("listen.socks", running.listen.socks, next.listen.socks);
     keep("listen.dns", running.listen.dns, next.listen.dns);
     keep("listen.admin", running.listen.admin, next.listen.admin);
     keep("admin.token_file", running.admin.token_file, next.admin.token_file);

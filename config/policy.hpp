@@ -31,6 +31,9 @@ enum class protocol : std::uint8_t {
     /// CONNECT, TLS terminated by cordon (the `inspect` section): the SNI must equal the
     /// CONNECT host, and each HTTP/1.1 request inside is decided on its own (`methods`, `http`)
     https,
+    /// CONNECT (or SOCKS5); raw bytes once the client's first line is an SSH identification
+    /// string (`SSH-2.0-...`); anything else is refused as `protocol`
+    ssh,
 };
 std::string_view to_string(protocol p) noexcept;
 
@@ -150,7 +153,8 @@ struct endpoint_result {
 endpoint_result parse_endpoint(std::string_view text);
 
 struct listen_spec {
-    endpoint proxy;
+    endpoint proxy;                 ///< HTTP proxy; SOCKS5 too (a first byte 5)
+    std::optional<endpoint> socks;  ///< unset: no SOCKS5-only listener
     std::optional<endpoint> dns;    ///< unset: no DNS listener
     std::optional<endpoint> admin;  ///< unset: no admin listener
 };
@@ -264,6 +268,23 @@ struct secret_spec {
     source_pos pos;
 };
 
+/// A parent HTTP proxy (`upstream_proxy`): allowed targets are reached through it with
+/// CONNECT to the address cordon checked, after cordon's own decision and address checks.
+struct upstream_proxy_spec {
+    std::string host;  ///< a name (resolved by cordon) or an IP literal, no brackets
+    std::uint16_t port = 0;
+    std::vector<cidr> no_proxy_nets;          ///< addresses dialled directly
+    std::vector<std::string> no_proxy_names;  ///< exact names, or ".suffix" for names below
+    /// "user:password" for Basic, read from `credentials_file` at load (and reload); a secret:
+    /// never logged, never in an answer
+    std::string credentials;
+    std::optional<std::string> credentials_file;
+    /// "host:port" as logs and answers show it (no credentials).
+    std::string display() const;
+    /// True when `name` (normalised) or `address` is one of no_proxy's.
+    bool direct(std::string_view name, const ip_address& address) const;
+};
+
 /// A whole validated policy file.
 struct policy {
     std::string source;  ///< file name it was loaded from, for messages
@@ -278,14 +299,15 @@ struct policy {
     std::optional<inspect_spec> inspect;  ///< unset: no https rule may exist
     std::vector<secret_spec> secrets;     ///< names unique; need `inspect`
     std::vector<job> jobs;                ///< in file order; names unique
+    std::optional<upstream_proxy_spec> upstream_proxy;  ///< unset: every target dialled directly
     std::optional<cluster_spec> cluster;  ///< set: state in etcd, shared by a fleet (fleet.md)
 
     const job* find_job(std::string_view name) const noexcept;
     std::size_t rule_count() const noexcept;
 };
 
-/// The settings `cordon serve` applies only when it starts: listen.proxy, listen.dns,
-/// listen.admin, admin.token_file, state.path, audit.path, audit.retention_days and
+/// The settings `cordon serve` applies only when it starts: listen.proxy, listen.socks,
+/// listen.dns, listen.admin, admin.token_file, state.path, audit.path, audit.retention_days and
 /// audit.max_file_bytes. Those `next` changes from `running` are set back to the running
 /// values and named in the result (in that order), so a reload keeps what is really in
 /// force, /v1/status reports it, and the caller can say "needs restart".

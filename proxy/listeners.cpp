@@ -131,6 +131,20 @@ bool open_listeners(control::runtime& rt, net::io_context& control, const listen
         }
         rt.proxy_endpoint = from_endpoint(out.proxy.front().local_endpoint());
         rt.self.listeners.push_back(rt.proxy_endpoint);
+        if (plan.socks) {
+            listener = "socks";
+            where = plan.socks->to_string();
+            tcp::endpoint socks_ep = to_endpoint(*plan.socks);
+            if (socks_ep.port() == 0) {
+                socks_ep.port(unshared_port(socks_ep.address()));
+            }
+            where = from_endpoint(socks_ep).to_string();
+            for (auto& w : rt.connections.workers) {
+                out.socks.push_back(make_acceptor(w->ioc, socks_ep, true));
+                socks_ep = out.socks.back().local_endpoint();
+            }
+            rt.self.listeners.push_back(from_endpoint(out.socks.front().local_endpoint()));
+        }
         if (plan.dns) {
             listener = "dns";
             where = plan.dns->to_string();
@@ -188,6 +202,19 @@ void start_accepting(control::runtime& rt, listeners& l, net::io_context& contro
             return common::after_accept::next;
         };
         net::co_spawn(w.ioc, common::accept_loop(l.proxy[i], on_client, "proxy"), net::detached);
+        if (i < l.socks.size()) {
+            // The same connection cap: SOCKS clients are proxy clients.
+            const auto on_socks = [&rt, &w, max_conns](tcp::socket& s) {
+                if (rt.connections.open.load() >= max_conns) {
+                    error_code ignored;
+                    s.close(ignored);
+                    return common::after_accept::next;
+                }
+                net::co_spawn(w.ioc, data::serve_client(rt, w, std::move(s), true), net::detached);
+                return common::after_accept::next;
+            };
+            net::co_spawn(w.ioc, common::accept_loop(l.socks[i], on_socks, "socks"), net::detached);
+        }
     }
     if (l.admin) {
         const auto max_admin = static_cast<std::int64_t>(rt.limits.admin_connections);
@@ -216,6 +243,9 @@ awaitable<void> stop_accepting(control::runtime& rt, listeners& l) {
     const std::function<std::size_t(control::worker&)> stop = [&l](control::worker& w) {
         error_code e;
         l.proxy[w.index].close(e);
+        if (w.index < l.socks.size()) {
+            l.socks[w.index].close(e);
+        }
         if (w.index < l.dns.size()) {
             l.dns[w.index]->stop();
         }
@@ -226,7 +256,12 @@ awaitable<void> stop_accepting(control::runtime& rt, listeners& l) {
 
 std::string ready_line(const control::runtime& rt, const listeners& l) {
     std::ostringstream ready;
-    ready << "{\"proxy\": \"" << rt.proxy_endpoint.to_string() << "\", \"admin\": "
+    ready << "{\"proxy\": \"" << rt.proxy_endpoint.to_string() << "\", ";
+    if (!l.socks.empty()) {
+        ready << "\"socks\": \"" << from_endpoint(l.socks.front().local_endpoint()).to_string()
+              << "\", ";
+    }
+    ready << "\"admin\": "
           << (l.admin ? "\"" + from_endpoint(l.admin->local_endpoint()).to_string() + "\""
                       : std::string("null"))
           << ", \"dns\": "

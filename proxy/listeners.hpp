@@ -20,6 +20,7 @@ namespace cordon::proxy {
 /// Where to listen and with what, taken from the policy before it is compiled.
 struct listen_plan {
     config::endpoint proxy;
+    std::optional<config::endpoint> socks;  ///< listen.socks: SOCKS5 only
     std::optional<config::endpoint> admin;
     std::optional<config::endpoint> dns;
     dns::server_options dns_options;   ///< when `dns` is set
@@ -31,6 +32,7 @@ struct listen_plan {
 /// The bound listeners. Declared in run_daemon after the runtime and before the workers run.
 struct listeners {
     std::vector<tcp::acceptor> proxy;               ///< one per worker, on its io_context
+    std::vector<tcp::acceptor> socks;               ///< listen.socks: one per worker, or none
     std::optional<tcp::acceptor> admin;             ///< on the control thread
     std::vector<std::unique_ptr<dns::server>> dns;  ///< on the first worker's thread
 };
@@ -54,7 +56,8 @@ void stop_admin(listeners& l);
 awaitable<void> stop_accepting(control::runtime& rt, listeners& l);
 
 /// The bound addresses as `cordon serve` announces them (stderr and the ready file):
-/// {"proxy": ..., "admin": ... or null, "dns": ... or null, "pid": ...} and a newline.
+/// {"proxy": ..., "admin": ... or null, "dns": ... or null, "pid": ...} and a newline; with
+/// listen.socks, "socks": ... too.
 std::string ready_line(const control::runtime& rt, const listeners& l);
 
 /// This host's interface addresses (for self_addresses::local).

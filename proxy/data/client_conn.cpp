@@ -18,9 +18,11 @@
 #include "proxy/data/client_conn_impl.hpp"
 #include "proxy/data/client_hello.hpp"
 #include "proxy/data/http_head.hpp"
+#include "proxy/data/parent_proxy.hpp"
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/reserved_host.hpp"
 #include "proxy/data/responses.hpp"
+#include "proxy/data/ssh_ident.hpp"
 
 namespace cordon::proxy::data {
 namespace {
@@ -126,19 +128,37 @@ void client_conn::log_close(request_state& st, std::string_view reason) {
 }
 
 // Phase: answer a denial, audit it, and close.
+void client_conn::note_denial(request_state& st, int status, deny_reason reason) {
+    st.log.deny(reason, status);
+    rt_.denied(control::denial{job, session, deny_name(reason), st.log.target, kind_name()});
+}
+
 awaitable<void> client_conn::deny(request_state& st, int status, deny_reason reason,
                                   std::string_view message) {
-    st.log.deny(reason, status);
+    note_denial(st, status, reason);
+    if (socks_) {
+        // Every refusal of the policy is "not allowed by ruleset"; the record says why.
+        const auto answer = socks5::request_answer(socks5::reply_for(reason));
+        co_await net::async_write(client_.socket(), net::buffer(answer), use_nothrow);
+        shutdown_client();
+        co_return;
+    }
     const std::string& target = st.log.target;
-    rt_.denied(control::denial{job, session, deny_name(reason), target, kind_name()});
     const std::string msg = message.empty() ? std::string(explain(reason)) : std::string(message);
     const std::string resp = deny_response(status, deny_name(reason), job, target, msg);
     co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
     shutdown_client();
 }
 
-awaitable<void> client_conn::error_reply(request_state& st, int status, std::string_view message) {
+awaitable<void> client_conn::error_reply(request_state& st, int status, std::string_view message,
+                                         socks5::reply socks_reply) {
     st.log.error(status, message);
+    if (socks_) {
+        const auto answer = socks5::request_answer(socks_reply);
+        co_await net::async_write(client_.socket(), net::buffer(answer), use_nothrow);
+        shutdown_client();
+        co_return;
+    }
     const std::string resp = deny_response(status, "", job, st.log.target, message);
     co_await net::async_write(client_.socket(), net::buffer(resp), use_nothrow);
     shutdown_client();
@@ -154,25 +174,33 @@ void client_conn::shutdown_client() {
 deny_reason client_conn::authenticate(const http::fields& headers) {
     const auto it = headers.find(http::field::proxy_authorization);
     if (it == headers.end()) {
-        // Clients from a job's `sources` belong to it without a token.
-        const auto p = rt_.policy();
-        for (const auto& j : p->source().jobs) {
-            for (const auto& net : j.sources) {
-                if (net.contains(client_ip_)) {
-                    job = j.name;
-                    return deny_reason::none;
-                }
-            }
-        }
-        return deny_reason::auth;
+        return authenticate_source();
     }
     const auto creds = parse_basic_auth(std::string_view(it->value().data(), it->value().size()));
     if (!creds) {
         return deny_reason::auth;
     }
-    const control::auth_result a = rt_.sessions.authenticate(creds->user, creds->password);
+    return authenticate_user(creds->user, creds->password);
+}
+
+deny_reason client_conn::authenticate_source() {
+    // Clients from a job's `sources` belong to it without a token.
+    const auto p = rt_.policy();
+    for (const auto& j : p->source().jobs) {
+        for (const auto& net : j.sources) {
+            if (net.contains(client_ip_)) {
+                job = j.name;
+                return deny_reason::none;
+            }
+        }
+    }
+    return deny_reason::auth;
+}
+
+deny_reason client_conn::authenticate_user(std::string_view user, std::string_view password) {
+    const control::auth_result a = rt_.sessions.authenticate(user, password);
     if (a.ok()) {
-        session = creds->user;
+        session = std::string(user);
         token_id = a.token_id;
         job = a.job;
         return deny_reason::none;
@@ -180,7 +208,7 @@ deny_reason client_conn::authenticate(const http::fields& headers) {
     // Valid credentials of a session that may no longer connect: name it in the denial
     // so the audit log ties the refused attempts to the session.
     if (a.status != control::auth_status::bad_credentials) {
-        session = creds->user;
+        session = std::string(user);
         job = a.job;
     }
     switch (a.status) {
@@ -207,8 +235,17 @@ void client_conn::decide_request(const config::decide_args& args, const config::
 // a close from outside (kill, revocation, reload) meanwhile ends the request quietly and
 // its log says so.
 awaitable<bool> client_conn::dial(request_state& st) {
-    upstream_dialer d(resolver_, connector_, rt_.self,
-                      rt_.policy()->source().proxy.connect_timeout);
+    // The snapshot stays alive for the dial: the parent's spec lives in it.
+    const auto policy = rt_.policy();
+    const config::policy& pol = policy->source();
+    // With upstream_proxy, the checked address is reached through the parent (after the
+    // same decision and classify); its no_proxy ones directly.
+    std::optional<parent_connector> parent;
+    if (pol.upstream_proxy) {
+        parent.emplace(upstream_, resolver_, *pol.upstream_proxy, st.target.name);
+    }
+    connector& c = parent ? static_cast<connector&>(*parent) : connector_;
+    upstream_dialer d(resolver_, c, rt_.self, pol.proxy.connect_timeout);
     address.reset();
     const std::function<bool()> aborted = [this] { return !closed_by_.empty(); };
     dial_result r = co_await d.dial(st.target, st.decision, aborted);
@@ -231,7 +268,10 @@ awaitable<bool> client_conn::dial(request_state& st) {
                 co_await deny(st, 403, deny_reason::kill_switch);
                 co_return false;
             }
-            co_await error_reply(st, r.http_status, r.message);
+            co_await error_reply(st, r.http_status, r.message,
+                                 r.status == dial_status::unresolved || r.http_status == 504
+                                     ? socks5::reply::host_unreachable
+                                     : socks5::reply::connection_refused);
             co_return false;
         case dial_status::aborted: break;
     }
@@ -242,12 +282,20 @@ awaitable<bool> client_conn::dial(request_state& st) {
 // folding is refused, which parsers otherwise repair), then parsed.
 awaitable<bool> client_conn::read_request(request_state& st, beast::flat_buffer& buffer,
                                           http::request_parser<http::buffer_body>& parser,
-                                          const config::proxy_spec& ps) {
+                                          const config::proxy_spec& ps, bool first_request) {
     // Within the header timeout (slowloris).
     client_.expires_after(ps.header_timeout);
     const read_head_result rh = co_await read_request_head(client_, buffer, ps.max_header_bytes);
     client_.expires_never();
     if (!rh.refusal.empty()) {
+        // A first byte 5 is no HTTP (a control byte, refused at once): on a connection's
+        // first request it is a SOCKS5 greeting, which run() serves. The HTTP path pays
+        // nothing for it.
+        if (first_request && buffer.size() > 0 &&
+            *static_cast<const std::uint8_t*>(buffer.data().data()) == socks5::version) {
+            socks_ = true;
+            co_return false;
+        }
         co_await deny(st, 400, deny_reason::bad_request, rh.refusal);
         co_return false;
     }
@@ -288,11 +336,37 @@ awaitable<bool> client_conn::read_request(request_state& st, beast::flat_buffer&
 // `want` or anything else.
 awaitable<client_conn::hello_wait> client_conn::check_sni(const std::string& want,
                                                           std::vector<std::uint8_t>& hello) {
+    const std::function<hello_wait(std::span<const std::uint8_t>)> judge =
+        [&want](std::span<const std::uint8_t> b) {
+            const sni_verdict v = data::check_sni(want, b);
+            return v == sni_verdict::need_more ? hello_wait::ended
+                   : v == sni_verdict::match   ? hello_wait::match
+                                               : hello_wait::mismatch;
+        };
+    co_return co_await await_first_bytes(judge, hello);
+}
+
+// Phase: the SSH check of `protocol: ssh` rules, as the SNI check: nothing goes upstream
+// before the client's identification line.
+awaitable<client_conn::hello_wait> client_conn::check_ssh(std::vector<std::uint8_t>& first) {
+    const std::function<hello_wait(std::span<const std::uint8_t>)> judge =
+        [](std::span<const std::uint8_t> b) {
+            const ssh_verdict v = check_ssh_ident(b);
+            return v == ssh_verdict::need_more ? hello_wait::ended
+                   : v == ssh_verdict::match   ? hello_wait::match
+                                               : hello_wait::mismatch;
+        };
+    co_return co_await await_first_bytes(judge, first);
+}
+
+awaitable<client_conn::hello_wait> client_conn::await_first_bytes(
+    const std::function<hello_wait(std::span<const std::uint8_t>)>& judge,
+    std::vector<std::uint8_t>& hello) {
     const auto deadline = steady::now() + rt_.policy()->source().proxy.handshake_timeout;
     for (;;) {
-        const sni_verdict v = data::check_sni(want, hello);
-        if (v != sni_verdict::need_more) {
-            co_return v == sni_verdict::match ? hello_wait::match : hello_wait::mismatch;
+        const hello_wait v = judge(hello);
+        if (v != hello_wait::ended) {
+            co_return v;
         }
         if (steady::now() >= deadline) {
             co_return hello_wait::timeout;
@@ -347,8 +421,10 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
         co_return;
     }
     static constexpr std::string_view established = "HTTP/1.1 200 Connection established\r\n\r\n";
-    auto [wec, wn] = co_await net::async_write(client_.socket(), net::buffer(established),
-                                               use_nothrow);
+    static const auto socks_established = socks5::request_answer(socks5::reply::succeeded);
+    auto [wec, wn] = co_await net::async_write(
+        client_.socket(), socks_ ? net::buffer(socks_established) : net::buffer(established),
+        use_nothrow);
     (void)wn;
     if (wec) {
         co_return;  // never established: st.log says the client went away
@@ -363,13 +439,17 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
     buffer.shrink_to_fit();  // an idle tunnel holds no read buffer
 
     // Phase: for tls and https rules, the ClientHello's SNI must name the CONNECT host before
-    // a single byte reaches the upstream.
-    const bool inspected = st.decision.rule != nullptr &&
-                           st.decision.rule->proto == config::protocol::https;
-    const hello_wait hw = st.decision.rule != nullptr &&
-                                  (st.decision.rule->proto == config::protocol::tls || inspected)
-                              ? co_await check_sni(st.target.name, first)
-                              : hello_wait::match;
+    // a single byte reaches the upstream; for ssh rules, the client's first line must be
+    // SSH's.
+    const config::protocol proto = st.decision.rule != nullptr ? st.decision.rule->proto
+                                                               : config::protocol::tcp;
+    const bool inspected = proto == config::protocol::https;
+    hello_wait hw = hello_wait::match;
+    if (proto == config::protocol::tls || inspected) {
+        hw = co_await check_sni(st.target.name, first);
+    } else if (proto == config::protocol::ssh) {
+        hw = co_await check_ssh(first);
+    }
     if (hw == hello_wait::ended || hw == hello_wait::timeout) {
         // No ClientHello to judge: not a mismatch. A kill meanwhile is the close's reason;
         // else the client went away (or never spoke) before a byte went upstream.
@@ -382,16 +462,18 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
         co_return;
     }
     if (hw == hello_wait::mismatch) {
-        const hello_result h = parse_client_hello(first);
-        rt_.denied(control::denial{job, session, deny_name(deny_reason::sni_mismatch), target_text,
-                                   kind_name()});
+        const bool ssh = proto == config::protocol::ssh;
+        const deny_reason why = ssh ? deny_reason::protocol : deny_reason::sni_mismatch;
+        const hello_result h = ssh ? hello_result{} : parse_client_hello(first);
+        rt_.denied(control::denial{job, session, deny_name(why), st.log.target, kind_name()});
         error_code ignored;
         upstream_.socket().close(ignored);
         shutdown_client();
         // The tunnel was open: its one terminal record is the conn.close.
-        st.log.deny(deny_reason::sni_mismatch, 403,
-                    h.status == hello_status::ok ? std::string_view(h.sni) : std::string_view());
-        log_close(st, "sni_mismatch");
+        st.log.deny(why, 403,
+                    !ssh && h.status == hello_status::ok ? std::string_view(h.sni)
+                                                         : std::string_view());
+        log_close(st, deny_name(why));
         co_return;
     }
     if (inspected) {
@@ -481,11 +563,22 @@ awaitable<void> client_conn::run() {
     const auto& ps = snapshot->source().proxy;
     // Bounded: a head may not exceed max_header_bytes; body chunks read at most 64 KiB.
     beast::flat_buffer buffer(ps.max_header_bytes + 64 * 1024);
-    for (;;) {
+    // The SOCKS5 handshake, whole, within the header timeout from the first byte's wait
+    // (slowloris): a total deadline, not an idle timer.
+    const auto socks_deadline = steady::now() + ps.header_timeout;
+    if (socks_listener_) {
+        request_state st(new_log());
+        co_await serve_socks(st, buffer, socks_deadline);
+        co_return;
+    }
+    for (bool first_request = true;; first_request = false) {
         method.clear();  // the previous request's, until this one's head is parsed
         request_state st(new_log());
         http::request_parser<http::buffer_body> parser;
-        if (!co_await read_request(st, buffer, parser, ps)) {
+        if (!co_await read_request(st, buffer, parser, ps, first_request)) {
+            if (socks_) {
+                co_await serve_socks(st, buffer, socks_deadline);
+            }
             co_return;
         }
         const auto& req = parser.get();
@@ -547,7 +640,8 @@ awaitable<void> client_conn::run() {
     }
 }
 
-awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::socket socket) {
+awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::socket socket,
+                             bool socks_only) {
     error_code ec;
     const auto remote = socket.remote_endpoint(ec);
     if (ec) {
@@ -558,6 +652,7 @@ awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::sock
     const auto c = std::make_shared<client_conn>(rt, w, std::move(socket));
     c->client_text_ = endpoint_text(remote);
     c->client_ip_ = to_ip(remote.address());
+    c->socks_listener_ = socks_only;
     co_await c->run();
 }
 

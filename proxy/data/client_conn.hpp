@@ -7,7 +7,9 @@
 
 namespace cordon::proxy::data {
 
-/// Serves one accepted client connection on worker `w`'s thread until it closes.
-awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::socket socket);
+/// Serves one accepted client connection on worker `w`'s thread until it closes: HTTP, or
+/// SOCKS5 when its first byte is 5; `socks_only` (listen.socks): SOCKS5 and nothing else.
+awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::socket socket,
+                             bool socks_only = false);
 
 }  // namespace cordon::proxy::data

@@ -3,9 +3,12 @@
 // that implement its phases: client_conn.cpp (read_request, authenticate, decide, CONNECT
 // tunnels, log) and forward.cpp (HTTP forwarding). Internal to proxy/data/.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +22,7 @@
 #include "proxy/data/relay.hpp"
 #include "proxy/data/request_head.hpp"
 #include "proxy/data/request_log.hpp"
+#include "proxy/data/socks5.hpp"
 
 namespace cordon::proxy::mcp {
 struct change;
@@ -62,6 +66,8 @@ public:
 
     std::string client_text_;
     config::ip_address client_ip_;
+    /// Accepted on listen.socks: SOCKS5 only. On the proxy port a first byte 5 selects it.
+    bool socks_listener_ = false;
 
 private:
     /// One request, from its head to its terminal record.
@@ -86,24 +92,44 @@ private:
         return kind == config::request_kind::connect ? "connect" : "http";
     }
 
-    // Answers that end the request.
+    // Answers that end the request: HTTP, or SOCKS5 replies once socks_ is set.
     awaitable<void> deny(request_state& st, int status, config::deny_reason reason,
                          std::string_view message = {});
-    awaitable<void> error_reply(request_state& st, int status, std::string_view message);
+    awaitable<void> error_reply(request_state& st, int status, std::string_view message,
+                                socks5::reply socks_reply = socks5::reply::host_unreachable);
+    /// A denial's record and count, without an answer.
+    void note_denial(request_state& st, int status, config::deny_reason reason);
     void shutdown_client();
 
     // Phases before either path.
     config::deny_reason authenticate(const http::fields& headers);
+    /// A session's credentials (Basic, or SOCKS5 username/password), checked in constant
+    /// time by the session registry; names the session and job.
+    config::deny_reason authenticate_user(std::string_view user, std::string_view password);
+    /// A client without credentials: its address in a job's `sources` names the job.
+    config::deny_reason authenticate_source();
     static void decide_request(const config::decide_args& args, const config::compiled_policy& p,
                                request_state& st);
     /// resolve -> classify -> connect through the dialer; answers and logs what fails.
     /// True when the upstream is connected.
     awaitable<bool> dial(request_state& st);
 
-    /// Read, parse and refuse what is not a request; false when the connection is done.
+    /// Read, parse and refuse what is not a request; false when the connection is done, or
+    /// (socks_ set) when the first request's first byte is SOCKS5's.
     awaitable<bool> read_request(request_state& st, beast::flat_buffer& buffer,
                                  http::request_parser<http::buffer_body>& parser,
-                                 const config::proxy_spec& ps);
+                                 const config::proxy_spec& ps, bool first_request);
+
+    // SOCKS5 (socks_conn.cpp): greeting, credentials, request, then handle_connect.
+    bool socks_ = false;  ///< this connection speaks SOCKS5: its answers are SOCKS replies
+    awaitable<void> serve_socks(request_state& st, beast::flat_buffer& buffer,
+                                std::chrono::steady_clock::time_point deadline);
+    /// More handshake bytes within the deadline and socks5::max_handshake_bytes; false
+    /// (the request ended and recorded) when none came.
+    awaitable<bool> socks_read(request_state& st, beast::flat_buffer& buffer,
+                               std::chrono::steady_clock::time_point deadline);
+    /// Writes a handshake answer; false when the client is gone.
+    awaitable<bool> socks_answer(std::span<const std::uint8_t> bytes);
 
     // The CONNECT path (client_conn.cpp).
     awaitable<void> handle_connect(request_state& st, const std::string& target_text,
@@ -117,6 +143,13 @@ private:
         timeout,   ///< no whole ClientHello within the handshake timeout
     };
     awaitable<hello_wait> check_sni(const std::string& want, std::vector<std::uint8_t>& hello);
+    /// `protocol: ssh`: the client's first line must be an SSH identification string.
+    awaitable<hello_wait> check_ssh(std::vector<std::uint8_t>& first);
+    /// Reads the tunnel's first client bytes (within the handshake timeout) until `judge`
+    /// says match or mismatch (it answers need_more as `ended`).
+    awaitable<hello_wait> await_first_bytes(
+        const std::function<hello_wait(std::span<const std::uint8_t>)>& judge,
+        std::vector<std::uint8_t>& first);
     awaitable<void> start_tunnel(request_state& st, const config::job& j,
                                  std::vector<std::uint8_t>& first,
                                  const std::shared_ptr<const config::compiled_policy>& policy);

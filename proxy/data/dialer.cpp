@@ -144,8 +144,9 @@ awaitable<dial_result> upstream_dialer::dial(const upstream_target& t,
     const bool timeout = last == beast::error::timeout;
     r.status = dial_status::unreachable;
     r.http_status = timeout ? 504 : 502;
-    r.message = timeout ? "timed out connecting to " + t.text
-                        : "cannot connect to " + t.text + ": " + last.message();
+    r.message = timeout
+                    ? "timed out connecting to " + t.text + connector_.detail()
+                    : "cannot connect to " + t.text + ": " + last.message() + connector_.detail();
     co_return r;
 }
 

@@ -62,6 +62,9 @@ public:
     /// Closes what was open before, then connects; `timeout` bounds the attempt.
     virtual awaitable<error_code> connect(const tcp::endpoint& to,
                                           std::chrono::milliseconds timeout) = 0;
+    /// Said after a failed attempt's error in the answer and record ("" by default; the
+    /// parent proxy's connector names the parent and its answer).
+    virtual std::string detail() const { return {}; }
 };
 
 /// Connects a beast::tcp_stream (the client connection's upstream side), TCP_NODELAY set.

@@ -12,6 +12,7 @@ request_log::request_log(request_log&& o) noexcept
       resolved(std::move(o.resolved)),
       path(std::move(o.path)),
       would_deny(o.would_deny),
+      via(o.via),
       dns_ms(o.dns_ms),
       connect_ms(o.connect_ms),
       bytes_up(o.bytes_up),
@@ -33,6 +34,7 @@ request_log& request_log::operator=(request_log&& o) noexcept {
         resolved = std::move(o.resolved);
         path = std::move(o.path);
         would_deny = o.would_deny;
+        via = o.via;
         dns_ms = o.dns_ms;
         connect_ms = o.connect_ms;
         bytes_up = o.bytes_up;
@@ -57,6 +59,9 @@ audit::audit_record request_log::make(std::string_view event) const {
         r.add("job", who_->job);
     }
     r.add("client", *client_);
+    if (!via.empty()) {
+        r.add("via", via);
+    }
     return r;
 }
 

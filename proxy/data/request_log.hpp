@@ -58,6 +58,8 @@ public:
     /// and conn.deny when set.
     std::string path;
     config::deny_reason would_deny = config::deny_reason::none;
+    /// How the client asked when not by HTTP: "socks5" (a static string), in every record.
+    std::string_view via;
     double dns_ms = 0;
     double connect_ms = 0;
     std::uint64_t bytes_up = 0;

@@ -990,7 +990,8 @@ class Cordon:
     (indented by two spaces, without the `jobs:` line); `proxy_opts` the `proxy:` section."""
 
     def __init__(self, jobs_yaml, dns_port, proxy_opts=None, binary=None, fsize_limit=None,
-                 listen_dns=None, dns_yaml=None, nofile_limit=None, extra_yaml=None):
+                 listen_dns=None, dns_yaml=None, nofile_limit=None, extra_yaml=None,
+                 listen_socks=None):
         self.bin = binary or CORDON_BIN
         # extra_yaml: more top-level sections (e.g. "inspect:\n  ca: ...\n"), before jobs.
         self.extra_yaml = extra_yaml or ""
@@ -1000,6 +1001,9 @@ class Cordon:
         # listen_dns: the `listen.dns` value (e.g. "127.0.0.1:0"); dns_yaml: more keys of the
         # `dns:` section, as YAML lines indented by two spaces (e.g. "  default_job: web\n").
         self.listen_dns = listen_dns
+        # listen_socks: the `listen.socks` value (e.g. "127.0.0.1:0"): SOCKS5 only.
+        self.listen_socks = listen_socks
+        self.socks_addr = None
         self.dns_yaml = dns_yaml or ""
         self.dns_addr = None
         # With fsize_limit, cordon runs under RLIMIT_FSIZE (SIGXFSZ ignored): once a file it
@@ -1035,7 +1039,8 @@ class Cordon:
             "listen:\n"
             "  proxy: 127.0.0.1:0\n"
             "  admin: 127.0.0.1:0\n"
-            + (f"  dns: {self.listen_dns}\n" if self.listen_dns else "") +
+            + (f"  dns: {self.listen_dns}\n" if self.listen_dns else "")
+            + (f"  socks: {self.listen_socks}\n" if self.listen_socks else "") +
             "admin:\n"
             f"  token_file: {self.token_file}\n"
             "state:\n"
@@ -1097,6 +1102,7 @@ class Cordon:
         self.proxy_addr = self._addr(ready["proxy"])
         self.admin_addr = self._addr(ready["admin"])
         self.dns_addr = self._addr(ready["dns"]) if ready.get("dns") else None
+        self.socks_addr = self._addr(ready["socks"]) if ready.get("socks") else None
         return self
 
     @staticmethod

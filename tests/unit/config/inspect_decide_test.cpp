@@ -147,7 +147,7 @@ TEST_CASE("inspect: an https rule needs the inspect section, a host, and takes r
                        "'methods' applies only to protocol: http and https"));
     CHECK(any_contains(errors_of(with_ca + "      - { host: api.example.com, ports: [443], "
                                            "protocol: quic }\n"),
-                       "expected tls, tcp, http or https"));
+                       "expected tls, tcp, ssh, http or https"));
 }
 
 TEST_CASE("inspect: a CONNECT to an https rule is allowed as for tls; requests inside are "

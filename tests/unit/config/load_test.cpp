@@ -531,7 +531,7 @@ TEST_CASE("load: unknown keys are errors at every level", "[load]") {
     check_cases({
         {"top level", with_top("bogus: 1"), 3, 1, "policy", "unknown key 'bogus'"},
         {"listen", "listen: { proxy: 127.0.0.1:3128, bogus: 1 }\njobs: {}\n", 1, 34, "listen",
-         "unknown key 'bogus' (expected one of: proxy, dns, admin)"},
+         "unknown key 'bogus' (expected one of: proxy, socks, dns, admin)"},
         {"admin", with_top("admin: { token_file: /x, bogus: 1 }"), 3, 26, "admin",
          "unknown key 'bogus' (expected one of: token_file, tls)"},
         {"admin.tls", with_top("admin: { token_file: /x, tls: { cert: /c, key: /k, bogus: 1 } }"),
@@ -579,7 +579,7 @@ TEST_CASE("load: the unknown-keys fixture reports one error per level", "[load]"
         std::string start;
     };
     const std::vector<want> expected{
-        {2, 57, "listen: unknown key 'socks'"},
+        {2, 57, "listen: unknown key 'http3'"},
         {5, 3, "admin: unknown key 'password'"},
         {6, 37, "admin.tls: unknown key 'ciphers'"},
         {7, 28, "dns: unknown key 'dnssec'"},
@@ -911,7 +911,7 @@ TEST_CASE("load: protocol and methods", "[load]") {
     const std::string r = "jobs.j.egress[0]";
     check_cases({
         {"unknown protocol", with_rule("{ host: a.com, ports: [53], protocol: udp }"), 6, 47,
-         r + ".protocol", "unknown protocol 'udp' (expected tls, tcp, http or https)"},
+         r + ".protocol", "unknown protocol 'udp' (expected tls, tcp, ssh, http or https)"},
         {"protocol in upper case", with_rule("{ host: a.com, ports: [53], protocol: TLS }"), 6, 47,
          r + ".protocol", "unknown protocol 'TLS'"},
         {"methods with the default protocol",
@@ -947,7 +947,7 @@ TEST_CASE("load: protocol and methods", "[load]") {
          with_rule("{ host: a.com, ports: [80], protocol: http, methods: [GET, GET] }"), 6, 68,
          r + ".methods[1]", "'GET' listed twice"},
         {"cidr rule without a protocol", with_rule("{ cidr: 203.0.113.0/24, ports: [22] }"), 6, 9,
-         r, "a 'cidr' rule must name its protocol: tcp or http"},
+         r, "a 'cidr' rule must name its protocol: tcp, ssh or http"},
         {"cidr rule with tls", with_rule("{ cidr: 203.0.113.0/24, ports: [22], protocol: tls }"), 6,
          56, r + ".protocol", "tls needs a host name to check the SNI against; use tcp"},
         {"host and cidr",
@@ -1793,7 +1793,8 @@ TEST_CASE("load: diagnostic::to_string", "[load]") {
         REQUIRE(r.errors.size() == 1);
         CHECK(r.errors[0].to_string() ==
               "etc/cordon.yaml:3:1: policy: unknown key 'bogus' (expected one of: listen, admin, "
-              "dns, state, audit, alerts, kill, proxy, inspect, secrets, jobs, cluster)");
+              "dns, state, audit, alerts, kill, proxy, inspect, secrets, jobs, upstream_proxy, "
+              "cluster)");
     }
     SECTION("a YAML syntax error carries its position") {
         const load_result r = load_policy("{ unclosed", "x.yaml");
