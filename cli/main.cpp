@@ -17,7 +17,7 @@ struct verb {
     int (*run)(cordon::cli::args);
 };
 
-constexpr std::array<verb, 13> verbs{{
+constexpr std::array<verb, 14> verbs{{
     {"serve", "run the proxy and admin API on a policy", cordon::cli::serve},
     {"check-config", "validate a policy file; print every error as FILE:LINE:COL",
      cordon::cli::check_config},
@@ -36,6 +36,8 @@ constexpr std::array<verb, 13> verbs{{
     {"policy", "suggest | replay: an allowlist learned from the audit log / tried on it",
      cordon::cli::policy},
     {"ca", "ca init DIR: the CA that protocol: https rules terminate TLS with", cordon::cli::ca},
+    {"connect", "connect HOST PORT: a tunnel through cordon on stdin/stdout (ssh ProxyCommand)",
+     cordon::cli::connect},
 }};
 
 void print_usage(std::ostream& out) {

@@ -23,6 +23,7 @@ int worksheet(args a);
 int firewall(args a);
 int policy(args a);
 int ca(args a);
+int connect(args a);
 
 /// True when `a` asks for help ("-h" or "--help").
 bool wants_help(args a);

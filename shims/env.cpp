@@ -173,10 +173,20 @@ env_result build_env(const env_inputs& in) {
     }
     env["CORDON_SESSION"] = in.session;
     const std::string url = "http://" + in.session + ":" + in.token + "@" + in.proxy_host_port;
-    constexpr std::array<std::string_view, 6> proxy_vars{"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY",
-                                                         "https_proxy", "http_proxy", "all_proxy"};
+    constexpr std::array<std::string_view, 4> proxy_vars{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy",
+                                                         "http_proxy"};
     for (const auto v : proxy_vars) {
         env[std::string(v)] = url;
+    }
+    // SOCKS5 clients (ALL_PROXY is what they read) on the same port, names resolved by
+    // cordon (the "h"); HTTP clients read the variables above first.
+    const std::string socks = "socks5h://" + in.session + ":" + in.token + "@" + in.proxy_host_port;
+    env["ALL_PROXY"] = socks;
+    env["all_proxy"] = socks;
+    // git over ssh (`git clone ssh://...`, `git@host:repo`) through cordon, unmodified.
+    if (!in.cordon_binary.empty() &&
+        in.cordon_binary.find_first_of("'\\\"$` \n") == std::string::npos) {
+        env["GIT_SSH_COMMAND"] = "ssh -o 'ProxyCommand=" + in.cordon_binary + " connect %h %p'";
     }
     env["NO_PROXY"] = "";
     env["no_proxy"] = "";

@@ -35,6 +35,9 @@ struct env_inputs {
     std::string proxy_host_port = "127.0.0.1:3128";  ///< the relay inside the namespace
     std::string home = "/";                          ///< the scratch dir when there is one
     std::string tmpdir;                              ///< "" leaves TMPDIR unset
+    /// The cordon binary as the sandbox sees it: GIT_SSH_COMMAND's ProxyCommand is
+    /// `BINARY connect %h %p` ("" or a path with a quote: no GIT_SSH_COMMAND).
+    std::string cordon_binary;
     std::vector<env_request> job_env;
     /// The shim's own environment: where the job card's variables take their values.
     std::map<std::string, std::string, std::less<>> host_env;
@@ -48,8 +51,10 @@ struct env_result {
 };
 
 /// Builds the environment: PATH, HOME, LANG (C.UTF-8 unless the job passes LANG), TMPDIR,
-/// CORDON_SESSION, HTTPS_PROXY/HTTP_PROXY/ALL_PROXY and their lower-case forms as
-/// http://SESSION:TOKEN@PROXY, NO_PROXY/no_proxy empty, then the job card's variables that
+/// CORDON_SESSION, HTTPS_PROXY/HTTP_PROXY and their lower-case forms as
+/// http://SESSION:TOKEN@PROXY, ALL_PROXY/all_proxy as socks5h://SESSION:TOKEN@PROXY (the proxy
+/// port answers SOCKS5 too), GIT_SSH_COMMAND (ssh through `cordon connect`), NO_PROXY/no_proxy
+/// empty, then the job card's variables that
 /// are set in `host_env` (unset ones are skipped) and `extra`. A job variable whose value
 /// looks like a long-lived key and is not marked allow_long_lived is left out and named in
 /// `refused`; so is one that would replace a variable the shim sets (the proxy settings,

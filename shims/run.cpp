@@ -405,6 +405,12 @@ int run(const run_options& o, admin_port& admin) {
     // 5. The sandbox.
     ein.session = id;
     ein.token = token;
+    {
+        // The binary the sandbox can run for ssh's ProxyCommand: this one (the host's root
+        // is the sandbox's, read-only).
+        std::error_code ec;
+        ein.cordon_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    }
     ein.home = card->scratch.empty() ? "/" : card->scratch;
     ein.tmpdir = card->scratch;
     ein.extra = std::move(extra);

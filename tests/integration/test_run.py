@@ -278,12 +278,15 @@ class RunTest(unittest.TestCase):
         self.assertIsNotNone(m, url)
         self.assertEqual(m.group(1), session)
         token = m.group(2)
-        for k in ("HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        for k in ("HTTP_PROXY", "https_proxy", "http_proxy"):
             self.assertEqual(env[k], url)
+        for k in ("ALL_PROXY", "all_proxy"):  # SOCKS5 clients, on the same port
+            self.assertEqual(env[k], "socks5h://" + url[len("http://"):])
+        self.assertRegex(env["GIT_SSH_COMMAND"], r"^ssh -o 'ProxyCommand=/\S+ connect %h %p'$")
         self.assertEqual(env["NO_PROXY"], "")
         expected = {"PATH", "HOME", "LANG", "TMPDIR", "CORDON_SESSION", "HTTPS_PROXY",
                     "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy",
-                    "NO_PROXY", "no_proxy", "AGENT_REPO"}
+                    "NO_PROXY", "no_proxy", "AGENT_REPO", "GIT_SSH_COMMAND"}
         self.assertEqual(set(env) - {"PWD", "SHLVL", "_", "LC_CTYPE"}, expected)
         secrets_seen = [k for k, v in env.items()
                         if self.cordon.admin_token in v or

@@ -654,6 +654,25 @@ class SshGitTests(SocksTestCase):
     def test_git_clone_over_ssh(self):
         self.clone_through(lambda cfg: f"ssh -F {cfg}", {})
 
+    def test_git_clone_with_cordon_runs_git_ssh_command(self):
+        # What `cordon run` gives the sandbox: GIT_SSH_COMMAND with `cordon connect` as the
+        # ProxyCommand (over CONNECT), the proxy and credentials from HTTPS_PROXY.
+        h, p = self.cordon.proxy_addr
+        proxy = f"http://{self.session['id']}:{self.session['token']}@{h}:{p}"
+        self.clone_through(
+            lambda cfg: f"ssh -F {cfg} -o 'ProxyCommand={self.cordon.bin} connect %h %p'",
+            {"HTTPS_PROXY": proxy}, via=None)
+
+    def test_cordon_connect_refused_says_why(self):
+        h, p = self.cordon.proxy_addr
+        r = subprocess.run([self.cordon.bin, "connect", "evil.test", "22", "--proxy",
+                            f"http://{self.session['id']}:{self.session['token']}@{h}:{p}"],
+                           input=b"", capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(b"403", r.stderr)
+        self.assertIn(b"no_rule", r.stderr)
+        self.assertNotIn(self.session["token"].encode(), r.stderr)
+
     def clone_through(self, ssh_command, extra_env, via="socks5"):
         work = H.TempDir("cordon-it-git-")
         try:

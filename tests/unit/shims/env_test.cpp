@@ -116,7 +116,17 @@ TEST_CASE("the environment is built from nothing", "[shim][env]") {
     CHECK(r.refused.empty());
     CHECK(has(r.env, "HTTPS_PROXY=http://s-1:tok@127.0.0.1:3128"));
     CHECK(has(r.env, "https_proxy=http://s-1:tok@127.0.0.1:3128"));
-    CHECK(has(r.env, "ALL_PROXY=http://s-1:tok@127.0.0.1:3128"));
+    CHECK(has(r.env, "ALL_PROXY=socks5h://s-1:tok@127.0.0.1:3128"));
+    CHECK(has(r.env, "all_proxy=socks5h://s-1:tok@127.0.0.1:3128"));
+    CHECK_FALSE(has_name(r.env, "GIT_SSH_COMMAND"));  // no binary given
+    in.cordon_binary = "/usr/bin/cordon";
+    CHECK(has(build_env(in).env,
+              "GIT_SSH_COMMAND=ssh -o 'ProxyCommand=/usr/bin/cordon connect %h %p'"));
+    in.cordon_binary = "/opt/it's/cordon";  // would break out of the quotes: none at all
+    CHECK_FALSE(has_name(build_env(in).env, "GIT_SSH_COMMAND"));
+    in.cordon_binary = "/opt/a b/cordon";
+    CHECK_FALSE(has_name(build_env(in).env, "GIT_SSH_COMMAND"));
+    in.cordon_binary.clear();
     CHECK(has(r.env, "HTTP_PROXY=http://s-1:tok@127.0.0.1:3128"));
     CHECK(has(r.env, "NO_PROXY="));
     CHECK(has(r.env, "no_proxy="));
