@@ -625,8 +625,18 @@ int run_daemon(const daemon_options& opts) {
     rt.self.local = local_addresses();
     auto* fleet_store = dynamic_cast<control::etcd_store*>(rt.store.get());
     if (fleet_store != nullptr) {
-        fleet_store->start(plan.admin ? plan.admin->to_string() : std::string(),
-                           rt.proxy_endpoint.to_string());
+        // Where this instance is reached, as bound (a port 0 in the policy is the OS's choice).
+        std::string admin_at;
+        error_code ec;
+        if (l.admin) {
+            const auto ep = l.admin->local_endpoint(ec);
+            if (!ec) {
+                const std::string a = ep.address().to_string();
+                admin_at = (ep.address().is_v6() ? "[" + a + "]" : a) + ":" +
+                           std::to_string(ep.port());
+            }
+        }
+        fleet_store->start(admin_at, rt.proxy_endpoint.to_string());
     }
     start_accepting(rt, l, control, admin_token);
     sweeps sweep(rt, control);

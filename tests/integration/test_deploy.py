@@ -283,13 +283,35 @@ class ComposeTest(unittest.TestCase):
         self.assertEqual(agent["depends_on"]["session-init"]["condition"],
                          "service_completed_successfully")
 
+    # The fleet profile's cordon replicas (docs/fleet.md) bridge `sandbox` as cordon does.
+    REPLICAS = {"cordon-a": "docker/fleet/policy-a.yaml", "cordon-b": "docker/fleet/policy-b.yaml"}
+
     def test_only_cordon_bridges_sandbox(self):
+        cordons = {"cordon"} | set(self.REPLICAS)
         on_sandbox = {n for n, s in self.services.items() if "sandbox" in service_networks(s)}
-        self.assertEqual(on_sandbox, {"cordon", "agent"})
+        self.assertEqual(on_sandbox, {"cordon", "agent"} | set(self.REPLICAS))
         for name, svc in self.services.items():
             nets = service_networks(svc)
-            if name != "cordon" and "sandbox" in nets:
+            if name not in cordons and "sandbox" in nets:
                 self.assertEqual(set(nets), {"sandbox"}, name)
+
+    def test_fleet_replicas_listen_where_their_policies_say(self):
+        self.assertNotIn("sandbox", service_networks(self.services["etcd"]))
+        self.assertEqual(self.services["etcd"]["profiles"], ["fleet"])
+        for name, rel in self.REPLICAS.items():
+            svc = self.services[name]
+            self.assertEqual(svc["profiles"], ["fleet"], name)
+            self.assertEqual(set(service_networks(svc)), {"sandbox", "egress", "mgmt"}, name)
+            pol = load_yaml(os.path.join(os.path.dirname(COMPOSE), "..", rel))
+            ip = self.ip_on(name, "sandbox")
+            self.assertEqual(host_port(pol["listen"]["proxy"])[0], ip, name)
+            self.assertNotEqual(host_port(pol["listen"]["admin"])[0], ip, name)
+            self.assertEqual(pol["cluster"]["instance"], name, name)
+            r = subprocess.run([H.CORDON_BIN, "check-config",
+                                os.path.join(os.path.dirname(COMPOSE), "..", rel)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout)
 
     def test_listeners_where_the_policy_says(self):
         listen = self.policy["listen"]

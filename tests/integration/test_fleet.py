@@ -246,6 +246,37 @@ class SessionsTests(FleetCase):
             self.assertEqual(r.status, 403, f"{n}: the killed session")
             self.open_tunnel(n, s2)
 
+    def test_status_lists_instances_and_timeline_merges_audit_dirs(self):
+        import subprocess
+        s = self.cordons["a"].create_session("agent")
+        self.open_tunnel("a", s).close()
+        self.open_tunnel("b", s).close()
+        self.assertTrue(self.knows("c", s))
+        st, js = self.post("c", f"/v1/sessions/{s['id']}/kill", {"reason": "t", "by": "tests"})
+        self.assertEqual(st, 200, js)
+        a = self.cordons["a"]
+        env = dict(os.environ, CORDON_ADMIN=f"http://{a.admin_addr[0]}:{a.admin_addr[1]}",
+                   CORDON_ADMIN_TOKEN_FILE=a.token_file)
+        out = subprocess.run([H.CORDON_BIN, "status"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=30).stdout
+        self.assertIn("fleet        instance a, etcd up", out)
+        for n in ("a", "b", "c"):
+            self.assertIn(f"  {n}  admin ", out)
+
+        def timeline():
+            args = [H.CORDON_BIN, "audit", "timeline", s["id"], "--json"]
+            for n in ("a", "b", "c"):
+                args += ["--audit", self.cordons[n].audit_dir]
+            p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=30)
+            return [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+        self.assertTrue(H.wait_until(
+            lambda: {"a", "b", "c"} <= {r.get("instance") for r in timeline()}, 5, 0.1),
+            timeline())
+        recs = timeline()
+        self.assertEqual([r["ts"] for r in recs], sorted(r["ts"] for r in recs))
+        self.assertTrue(any(r["event"] == "kill.session" and r["instance"] == "c" for r in recs))
+
     def test_sigkilled_instance_leaves_the_registry_after_its_lease(self):
         self.cordons["c"].kill()
         self.wait_registry(2, timeout=3 + 5)
