@@ -73,7 +73,10 @@ bool is_value_key(std::string_view k) {
 
 void redact_value(json::value& v) {
     if (v.is_string()) {
-        v = json::string(redact_string(std::string_view(v.as_string())));
+        std::string clean = redact_string(std::string_view(v.as_string()));
+        if (clean != std::string_view(v.as_string())) {
+            v = json::string(clean, v.storage());
+        }
     } else if (v.is_array()) {
         json::array& a = v.as_array();
         // ["X-Api-Key", "..."]: a pair whose first names a secret.
@@ -86,12 +89,33 @@ void redact_value(json::value& v) {
         }
     } else if (v.is_object()) {
         const bool sibling_secret = names_a_secret(v.as_object());
+        const auto redacts_value = [sibling_secret](std::string_view k, const json::value& val) {
+            return (secret_field_name(k) || (sibling_secret && is_value_key(k))) &&
+                   !empty_value(val);
+        };
+        // Names redaction leaves as they are (the usual case): the values change in place.
+        bool names_kept = true;
+        for (const auto& kv : v.as_object()) {
+            if (redact_string(std::string_view(kv.key())) != std::string_view(kv.key())) {
+                names_kept = false;
+                break;
+            }
+        }
+        if (names_kept) {
+            for (auto& kv : v.as_object()) {
+                if (redacts_value(std::string_view(kv.key()), kv.value())) {
+                    kv.value() = redacted;
+                } else {
+                    redact_value(kv.value());
+                }
+            }
+            return;
+        }
         json::object out(v.storage());
         out.reserve(v.as_object().size());
         for (auto& [key, val] : v.as_object()) {
             const std::string_view k(key);
-            if ((secret_field_name(k) || (sibling_secret && is_value_key(k))) &&
-                !empty_value(val)) {
+            if (redacts_value(k, val)) {
                 out[redact_string(k)] = redacted;
             } else {
                 redact_value(val);

@@ -683,8 +683,8 @@ std::string refusal_head(config::deny_reason reason, std::size_t body_size) {
 
 namespace {
 
-// The media type of a Content-Type value, lower case, parameters and blanks cut.
-std::string media_type(std::string_view v) {
+// The media type of a Content-Type value, parameters and blanks cut (its case as sent).
+std::string_view media_type(std::string_view v) noexcept {
     v = v.substr(0, std::min(v.find(';'), v.size()));
     while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) {
         v.remove_prefix(1);
@@ -692,30 +692,34 @@ std::string media_type(std::string_view v) {
     while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) {
         v.remove_suffix(1);
     }
-    std::string out(v);
-    std::transform(out.begin(), out.end(), out.begin(), [](char c) {
-        return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-    });
-    return out;
+    return v;
+}
+
+bool iequals_lower(std::string_view a, std::string_view lower) noexcept {
+    if (a.size() != lower.size()) {
+        return false;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const char c = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+        if (c != lower[i]) {
+            return false;
+        }
+    }
+    return true;
 }
 
 }  // namespace
 
 bool is_json_type(std::string_view content_type) noexcept {
-    try {
-        const std::string t = media_type(content_type);
-        return t == "application/json" || (t.starts_with("application/") && t.ends_with("+json"));
-    } catch (...) {
-        return false;
-    }
+    const std::string_view t = media_type(content_type);
+    constexpr std::string_view app = "application/";
+    return iequals_lower(t, "application/json") ||
+           (t.size() >= app.size() + 5 && iequals_lower(t.substr(0, app.size()), app) &&
+            iequals_lower(t.substr(t.size() - 5), "+json"));
 }
 
 bool is_event_stream_type(std::string_view content_type) noexcept {
-    try {
-        return media_type(content_type) == "text/event-stream";
-    } catch (...) {
-        return false;
-    }
+    return iequals_lower(media_type(content_type), "text/event-stream");
 }
 
 bool utf8_charset(std::string_view v) noexcept {

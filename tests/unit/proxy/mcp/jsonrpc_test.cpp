@@ -221,3 +221,15 @@ TEST_CASE("mcp jsonrpc: media types", "[mcp]") {
     CHECK_FALSE(well_formed_json(R"({"a":1,"b":{"c":1,"c":1}})", error));
     CHECK(error.find("twice") != std::string::npos);
 }
+
+TEST_CASE("mcp: media types are read without regard to case, parameters or blanks", "[mcp]") {
+    CHECK(is_json_type("\tAPPLICATION/JSON\t"));
+    CHECK(is_json_type("application/+json"));  // as the lower-cased comparison read it
+    CHECK(is_json_type("Application/Problem+JSON;charset=\"utf-8\""));
+    CHECK_FALSE(is_json_type("application/"));
+    CHECK_FALSE(is_json_type("application/json+"));
+    CHECK_FALSE(is_json_type("text/plain+json"));
+    CHECK_FALSE(is_json_type("application/jso"));
+    CHECK_FALSE(is_event_stream_type("text/event-stream-x; charset=utf-8"));
+    CHECK(is_event_stream_type(" text/EVENT-stream "));
+}
