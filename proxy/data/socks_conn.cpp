@@ -164,6 +164,11 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
         shutdown_client();
         co_return;
     }
+    // A network kill engaged while the handshake went on: refused now, as every request is.
+    if (rt_.kill.engaged()) {
+        co_await deny(st, 403, deny_reason::kill_switch);
+        co_return;
+    }
     // The CONNECT path, as for `CONNECT host:port`: the same decision, checks, kills,
     // records and relay.
     const std::string target_text = st.log.target;

@@ -484,6 +484,27 @@ class SocksRefusalTests(SocksTestCase):
             self.assertEqual(st, 200)
 
 
+    def test_network_kill_during_the_handshake(self):
+        n = ECHO.snapshot()
+        c = Socks(self.cordon.socks_addr)
+        try:
+            self.assertEqual(c.greet([2]), b"\x05\x02")
+            self.assertEqual(c.login(self.session["id"], self.session["token"]), b"\x01\x00")
+            st, _ = self.cordon.admin("POST", "/v1/kill", {"reason": "mid-handshake"})
+            self.assertEqual(st, 200)
+            try:
+                answer = c.request("raw.test", ECHO.port)
+                self.assertEqual(answer[1], 2)  # refused, if not already closed by the kill
+            except (EOFError, ConnectionResetError, BrokenPipeError):
+                pass
+        finally:
+            c.close()
+            st, _ = self.cordon.admin("POST", "/v1/revive", {"reason": "test"})
+            self.assertEqual(st, 200)
+        self.assertEqual(ECHO.snapshot(), n)
+        self.assertTrue(self.events("conn.deny", lambda e: e.get("reason") == "kill_switch"))
+
+
 class SshRuleTests(SocksTestCase):
     """`protocol: ssh`: the client's first line must be SSH's."""
 
