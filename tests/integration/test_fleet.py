@@ -163,6 +163,7 @@ class SessionsTests(FleetCase):
         s = self.cordons["a"].create_session("agent")
         on_a = self.open_tunnel("a", s)
         on_c = self.open_tunnel("c", s)
+        self.assertTrue(self.knows("b", s))
         t0 = time.monotonic()
         st, js = self.post("b", f"/v1/sessions/{s['id']}/kill",
                            {"reason": "test: fleet kill", "by": "tests"})
@@ -227,6 +228,7 @@ class SessionsTests(FleetCase):
     def test_restart_of_every_instance_keeps_kills(self):
         s = self.cordons["a"].create_session("agent")
         s2 = self.cordons["a"].create_session("agent")
+        self.assertTrue(self.knows("b", s))
         self.assertEqual(self.post("b", f"/v1/sessions/{s['id']}/kill",
                                    {"reason": "test: keep", "by": "tests"})[0], 200)
         self.assertEqual(self.post("c", "/v1/kill", {"reason": "test: keep", "by": "tests"})[0],
