@@ -726,6 +726,94 @@ class SshGitTests(SocksTestCase):
         self.assertEqual(closed[0].get("via"), via)
 
 
+def namespaces_available():
+    try:
+        r = subprocess.run(["unshare", "-mpnui", "--fork", "--mount-proc", "true"],
+                           capture_output=True, timeout=10)
+        return r.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@unittest.skipUnless(SSHD_AVAILABLE and shutil.which("git") and namespaces_available(),
+                     "needs root, namespaces, openssh-server, openssh-client and git")
+class RunGitOverSshTests(unittest.TestCase):
+    """`git clone ssh://...` inside `cordon run`, unmodified: the sandbox's GIT_SSH_COMMAND
+    (cordon connect as the ProxyCommand) takes it through cordon to an ssh rule."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sshd = SSHD()
+        cls.tmp = H.TempDir("cordon-it-rungit-")
+        os.chmod(cls.tmp.path, 0o755)
+        cls.scratch = cls.tmp.join("scratch")
+        os.makedirs(cls.scratch)
+        jobs = ("  git:\n"
+                "    task: git over ssh in a sandbox\n"
+                "    egress:\n"
+                f"      - {{ host: git.test, ports: [{cls.sshd.port}], protocol: ssh, "
+                "resolves_to: [127.0.0.0/8] }\n"
+                f"    filesystem: {{ scratch: {cls.scratch} }}\n"
+                "    identity: { ttl: 30m }\n")
+        cls.cordon = H.Cordon(jobs, DNS.port, listen_dns="127.0.0.1:0")
+        try:
+            cls.cordon.start()
+        except BaseException:
+            cls.cordon.cleanup()
+            cls.sshd.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cordon.stop()
+        cls.cordon.cleanup()
+        cls.sshd.stop()
+        cls.tmp.cleanup()
+
+    def test_git_clone_over_ssh_in_the_sandbox(self):
+        env = dict(PATH=os.environ.get("PATH", "/usr/bin:/bin"), GIT_AUTHOR_NAME="t",
+                   GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t",
+                   HOME=self.tmp.path)
+        src, bare = self.tmp.join("src"), self.tmp.join("repo.git")
+        subprocess.run(["git", "init", "-q", src], check=True, env=env, timeout=30)
+        with open(os.path.join(src, "README"), "w") as f:
+            f.write("cloned in a sandbox\n")
+        subprocess.run(["git", "-C", src, "add", "README"], check=True, env=env, timeout=30)
+        subprocess.run(["git", "-C", src, "commit", "-q", "-m", "one"], check=True, env=env,
+                       timeout=30)
+        subprocess.run(["git", "clone", "-q", "--bare", src, bare], check=True, env=env,
+                       timeout=30)
+        # The user's own ssh settings (key, known hosts), no ProxyCommand: that is cordon's.
+        user_cfg = self.tmp.join("user_ssh_config")
+        with open(user_cfg, "w") as f:
+            f.write(f"Host git.test\n  User root\n  Port {self.sshd.port}\n"
+                    f"  IdentityFile {self.sshd.tmp.join('id')}\n  IdentitiesOnly yes\n"
+                    f"  UserKnownHostsFile {self.sshd.tmp.join('known_hosts')}\n"
+                    "  StrictHostKeyChecking yes\n  BatchMode yes\n")
+        # ssh reads ~/.ssh from the passwd entry's home (root's, read-only here), not $HOME:
+        # the user's settings are added with -F to the command cordon run gave; its
+        # ProxyCommand (given with -o) wins over any in the file.
+        script = ("echo \"GIT_SSH_COMMAND=$GIT_SSH_COMMAND\" && "
+                  "GIT_SSH_COMMAND=\"$GIT_SSH_COMMAND -F %s\" "
+                  "git clone -q ssh://git.test:%d%s out && cat out/README") % (
+                      user_cfg, self.sshd.port, bare)
+        r = subprocess.run(
+            [self.cordon.bin, "run", "--job", "git", "--dns", "%s:%d" % self.cordon.dns_addr,
+             "--", "sh", "-c", script],
+            env={"PATH": env["PATH"],
+                 "CORDON_ADMIN": "http://%s:%d" % self.cordon.admin_addr,
+                 "CORDON_ADMIN_TOKEN_FILE": self.cordon.token_file},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("cloned in a sandbox", r.stdout)
+        self.assertIn("connect %h %p", r.stdout)
+        opened = self.cordon.wait_events(
+            lambda e: e["event"] == "conn.open" and
+            e.get("target") == f"git.test:{self.sshd.port}")
+        self.assertEqual(len(opened), 1)
+        self.assertTrue(opened[0]["rule"].endswith("/ssh"))
+
+
 # --------------------------------------------------------------------------------------
 # upstream_proxy: squid as the parent, on loopback
 # --------------------------------------------------------------------------------------
