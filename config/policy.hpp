@@ -299,7 +299,8 @@ struct policy {
     std::optional<inspect_spec> inspect;  ///< unset: no https rule may exist
     std::vector<secret_spec> secrets;     ///< names unique; need `inspect`
     std::vector<job> jobs;                ///< in file order; names unique
-    std::optional<upstream_proxy_spec> upstream_proxy;  ///< unset: every target dialled directly
+    /// unset: every target dialled directly
+    std::optional<upstream_proxy_spec> upstream_proxy;
     std::optional<cluster_spec> cluster;  ///< set: state in etcd, shared by a fleet (fleet.md)
 
     const job* find_job(std::string_view name) const noexcept;
