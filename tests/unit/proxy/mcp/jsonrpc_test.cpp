@@ -233,3 +233,45 @@ TEST_CASE("mcp: media types are read without regard to case, parameters or blank
     CHECK_FALSE(is_event_stream_type("text/event-stream-x; charset=utf-8"));
     CHECK(is_event_stream_type(" text/EVENT-stream "));
 }
+
+TEST_CASE("mcp: duplicates in a large object, and the reused reader", "[mcp]") {
+    // Past the names compared as they come: a duplicate anywhere in a large object is found
+    // when it closes, and sorting never confuses names of one object with another's.
+    std::string big =
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{)";
+    for (int i = 0; i < 3000; ++i) {
+        big += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"k" +
+               std::to_string(i) + "\":1}";
+    }
+    request_body b;
+    std::string error;
+    REQUIRE(parse_request_body(big + "}}}", b, error));
+    CHECK(b.messages.at(0).tool == "search");
+    CHECK(boost::json::parse(b.messages[0].arguments).as_object().size() == 3000);
+    CHECK_FALSE(parse_request_body(big + R"(,"k1234":2}}})", b, error));
+    CHECK(error == R"(the member "k1234" appears twice in one object)");
+    // A body that failed half-way leaves nothing behind for the next one on this thread.
+    CHECK_FALSE(parse_request_body(
+        R"([{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"evil","arguments":{"a":[1,{)",
+        b, error));
+    REQUIRE(parse_request_body(
+        R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ok"}})", b, error));
+    CHECK_FALSE(b.batch);
+    REQUIRE(b.messages.size() == 1);
+    CHECK(b.messages[0].tool == "ok");
+    CHECK(b.messages[0].arguments.empty());
+    CHECK(b.messages[0].id == "2");
+    // The tool is the name in params, not a "name" deeper in the arguments or beside params.
+    REQUIRE(parse_request_body(
+        R"({"name":"evil","jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{"name":"evil","params":{"name":"evil"}},"name":"ok"}})",
+        b, error));
+    CHECK(b.messages[0].tool == "ok");
+    CHECK(b.messages[0].arguments == R"({"name":"evil","params":{"name":"evil"}})");
+    // A batch of more than max_batch is refused however many follow.
+    std::string many = "[";
+    for (std::size_t i = 0; i <= max_batch + 5; ++i) {
+        many += (i ? "," : "") + std::string(R"({"jsonrpc":"2.0","method":"n"})");
+    }
+    CHECK_FALSE(parse_request_body(many + "]", b, error));
+    CHECK(error == "a batch of more than 128 messages");
+}
