@@ -223,6 +223,10 @@ reply admin_handlers::add_token(const request& req, const std::string& id) {
 }
 
 awaitable<reply> admin_handlers::end_session(const std::string& id) {
+    // A fleet: a session made on another instance a moment ago is read from etcd first.
+    if (rt_.cluster != nullptr && !rt_.sessions.get(id)) {
+        rt_.cluster->fetch_session(id);
+    }
     const auto before = rt_.sessions.get(id);
     if (!before) {
         co_return error(http::status::not_found, "no session " + id);
@@ -233,6 +237,9 @@ awaitable<reply> admin_handlers::end_session(const std::string& id) {
 }
 
 awaitable<reply> admin_handlers::revoke_token(const std::string& id, const std::string& token_id) {
+    if (rt_.cluster != nullptr && !rt_.sessions.get(id)) {
+        rt_.cluster->fetch_session(id);  // as end_session
+    }
     const auto s = rt_.sessions.get(id);
     const auto t0 = std::chrono::steady_clock::now();
     const control::revoke_result r = rt_.sessions.revoke_token(id, token_id, "revoked by admin");

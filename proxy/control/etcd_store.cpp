@@ -56,7 +56,14 @@ etcd_store::etcd_store(runtime& rt, net::io_context& control, config::cluster_sp
     started_ = common::wall_clock::now();
 }
 
-etcd_store::~etcd_store() { stop(); }
+etcd_store::~etcd_store() {
+    try {
+        stop();
+    } catch (const std::exception& e) {
+        // Joining a thread or the last lease revoke failed: nothing left to do but say so.
+        std::cerr << "cordon: cluster: stopping: " << e.what() << '\n';
+    }
+}
 
 bool etcd_store::load(loaded_state& out, std::string& error) {
     std::vector<etcd::key_value> kvs;
@@ -479,7 +486,7 @@ awaitable<fleet_outcome> etcd_store::gather(const fleet_kill& kill,
     co_return out;
 }
 
-void etcd_store::on_events(std::vector<etcd::event> events) {
+void etcd_store::on_events(const std::vector<etcd::event>& events) {
     const auto received = steady::now();
     for (const auto& e : events) {
         act(copy_.apply(e, spec_.prefix), received);
@@ -583,6 +590,31 @@ awaitable<void> etcd_store::network_and_confirm(kill_state k, std::string kill_i
     if (!kill_id.empty()) {
         confirm(kill_id, closed, ms_since(received));
     }
+}
+
+bool etcd_store::fetch_session(const std::string& id) {
+    if (!up_.load()) {
+        return false;
+    }
+    const auto received = steady::now();
+    // Its facts: s/ID, t/ID/..., r/ID/..., e/ID, k/ID (ids are of one length: no other session
+    // shares these prefixes).
+    for (const std::string& rel : {fleet_keys::session(id), "t/" + id + "/", "r/" + id + "/",
+                                   fleet_keys::ended(id), fleet_keys::killed(id)}) {
+        std::vector<etcd::key_value> kvs;
+        std::int64_t revision = 0;
+        std::string error;
+        if (!writer_.range_all(key(rel), kvs, revision, error)) {
+            std::cerr << "cordon: cluster: reading session " << id << ": " << error << '\n';
+            return false;
+        }
+        for (auto& kv : kvs) {
+            etcd::event e;
+            e.kv = std::move(kv);
+            act(copy_.apply(e, spec_.prefix), received);
+        }
+    }
+    return rt_.sessions.get(id).has_value();
 }
 
 void etcd_store::reload_whole() {
@@ -801,16 +833,14 @@ void etcd_store::watch_thread() {
                             break;
                         }
                         if (!batch.empty()) {
-                            net::post(control_, [this, b = std::move(batch)]() mutable {
-                                on_events(std::move(b));
-                            });
+                            net::post(control_,
+                                      [this, b = std::move(batch)]() mutable { on_events(b); });
                             batch.clear();
                         }
                     }
                     if (!batch.empty()) {
-                        net::post(control_, [this, b = std::move(batch)]() mutable {
-                            on_events(std::move(b));
-                        });
+                        net::post(control_,
+                                  [this, b = std::move(batch)]() mutable { on_events(b); });
                     }
                     error_code ignored;
                     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);

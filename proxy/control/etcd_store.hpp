@@ -70,6 +70,7 @@ public:
     /// The control thread's once-a-second look (from the daemon's sweep): store_up and
     /// instances metrics, and with fail_closed the local network kill after store_timeout.
     void tick() override;
+    bool fetch_session(const std::string& id) override;
 
 private:
     // Writes `ops` in one transaction; on success applies them to the copy at once (the
@@ -81,7 +82,7 @@ private:
     std::int64_t lease_for(common::wall_clock::time_point expires_at, std::string& error);
     std::int64_t records_lease(std::string& error);
     // The watch thread hands events here (posted to the control thread).
-    void on_events(std::vector<etcd::event> events);
+    void on_events(const std::vector<etcd::event>& events);
     void act(const fleet_state::change& c, std::chrono::steady_clock::time_point received);
     // A whole reload: the copy replaced, what changed acted on (compaction, a late start).
     void reload_whole();

@@ -41,6 +41,11 @@ public:
     virtual std::string describe() const = 0;
     /// Once a second (the daemon's sweep): metrics, fail_closed, a whole reload if asked.
     virtual void tick() = 0;
+    /// A kill or end given here for a session this instance has not learnt of yet (made on
+    /// another instance a moment ago): its facts read from etcd now and folded in. True if
+    /// etcd has it. Blocks the control thread for a few reads (the admin path, never the
+    /// request path).
+    virtual bool fetch_session(const std::string& id) = 0;
 };
 
 }  // namespace cordon::proxy::control

@@ -190,7 +190,10 @@ awaitable<std::optional<kill_outcome>> kill_switch::kill_session(const std::stri
                                                                  const std::string& reason,
                                                                  const std::string& by) {
     const auto t0 = steady::now();
-    const auto before = rt_.sessions.get(id);
+    auto before = rt_.sessions.get(id);
+    if (!before && rt_.cluster != nullptr && rt_.cluster->fetch_session(id)) {
+        before = rt_.sessions.get(id);  // made on another instance a moment ago
+    }
     if (!before) {
         co_return std::nullopt;
     }

@@ -209,6 +209,19 @@ class SessionsTests(FleetCase):
                 lambda: not self.cordons[n].status()["kill"]["engaged"], 2, 0.02), n)
         self.open_tunnel("a", s)
 
+    def test_kill_and_revoke_at_once_on_an_instance_that_has_not_seen_the_session(self):
+        # Given the moment the session is made elsewhere: the instance reads it from etcd.
+        for _ in range(5):
+            s = self.cordons["a"].create_session("agent")
+            st, js = self.post("b", f"/v1/sessions/{s['id']}/kill", {"reason": "t", "by": "t"})
+            self.assertEqual(st, 200, js)
+            s = self.cordons["a"].create_session("agent")
+            st, js = self.cordons["c"].admin(
+                "DELETE", f"/v1/sessions/{s['id']}/tokens/{s['token_id']}")
+            self.assertEqual(st, 200, js)
+            self.assertTrue(H.wait_until(lambda: self.tunnel("a", s)[1].status == 407, 1.0,
+                                         0.01))
+
     def test_revoke_on_c_refuses_on_a_at_once(self):
         s = self.cordons["a"].create_session("agent")
         on_a = self.open_tunnel("a", s)
