@@ -4,7 +4,9 @@
 #include <boost/json/basic_parser_impl.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,41 @@ private:
     std::vector<ref> refs_;            // where each is in arena_
     std::vector<std::size_t> levels_;  // per open object: its first name in refs_
 };
+
+// The name `key` would be to a reader that matches member names without regard to case
+// (Go's encoding/json: ASCII case, and U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN,
+// which fold to 's' and 'k'): the one of `names` it folds to but does not equal, or "".
+std::string_view folds_to(std::string_view key, std::initializer_list<std::string_view> names) {
+    std::array<char, 16> folded{};
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < key.size(); ++i) {
+        if (n == folded.size()) {
+            return {};  // longer than any name of ours
+        }
+        const auto c = static_cast<unsigned char>(key[i]);
+        if (c == 0xc5 && i + 1 < key.size() && static_cast<unsigned char>(key[i + 1]) == 0xbf) {
+            folded[n++] = 's';
+            i += 1;
+        } else if (c == 0xe2 && i + 2 < key.size() &&
+                   static_cast<unsigned char>(key[i + 1]) == 0x84 &&
+                   static_cast<unsigned char>(key[i + 2]) == 0xaa) {
+            folded[n++] = 'k';
+            i += 2;
+        } else if (c >= 0x80) {
+            return {};  // nothing else folds to ASCII
+        } else {
+            folded[n++] = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a')
+                                               : static_cast<char>(c);
+        }
+    }
+    const std::string_view f(folded.data(), n);
+    for (const std::string_view name : names) {
+        if (f == name && key != name) {
+            return name;
+        }
+    }
+    return {};
+}
 
 // What one message of a body held, as the reader met it; validate() judges it afterwards in
 // a fixed order, so the error a client sees does not depend on the order of its members.
@@ -274,6 +311,25 @@ public:
         if (std::string twice; !names_.add(key, twice)) {
             key_.clear();
             return twice_error(twice, ec);
+        }
+        // A name that only a case-blind reader takes for one of JSON-RPC's or MCP's ("Method",
+        // "paramſ", "Name"): such a server would read another message than cordon decided on.
+        if (!capturing()) {
+            const std::string_view like =
+                depth_ == top() + 1
+                    ? folds_to(key, {"jsonrpc", "id", "method", "params", "result", "error"})
+                : in_params() ? folds_to(key, {"name", "arguments", "_meta"})
+                              : std::string_view();
+            if (!like.empty()) {
+                error = "the member ";
+                common::append_json_string_ascii(error, key.substr(0, 64));
+                error += " is \"";
+                error.append(like);
+                error += "\" to servers that read names without regard to case";
+                key_.clear();
+                ec = json::error::syntax;
+                return false;
+            }
         }
         if (take) {
             if (capturing()) {
@@ -521,6 +577,7 @@ reader* read_text(std::string_view text, bool take, std::string& error) {
                 : ec == json::error::too_deep
                     ? "nested deeper than " + std::to_string(max_depth) + " levels"
                     : "not a JSON text (" + ec.message() + ")";
+        r.reset(false);  // nothing of a refused body stays in the thread's memory
         return nullptr;
     }
     return &r;
@@ -587,7 +644,12 @@ std::string_view reason_message(config::deny_reason r) {
 }  // namespace
 
 bool well_formed_json(std::string_view text, std::string& error) {
-    return read_text(text, false, error) != nullptr;
+    reader* r = read_text(text, false, error);
+    if (r == nullptr) {
+        return false;
+    }
+    r->reset(false);
+    return true;
 }
 
 bool parse_request_body(std::string_view body, request_body& out, std::string& error) {
@@ -600,10 +662,12 @@ bool parse_request_body(std::string_view body, request_body& out, std::string& e
     if (r.batch) {
         if (r.count == 0) {
             error = "an empty batch (JSON-RPC: an array of at least one message)";
+            r.reset(false);
             return false;
         }
         if (r.count > max_batch) {
             error = "a batch of more than " + std::to_string(max_batch) + " messages";
+            r.reset(false);
             return false;
         }
     }
@@ -614,10 +678,12 @@ bool parse_request_body(std::string_view body, request_body& out, std::string& e
             if (r.batch) {
                 error = "message " + std::to_string(i + 1) + " of the batch: " + error;
             }
+            r.reset(false);
             return false;
         }
         out.messages.push_back(std::move(r.messages[i].m));
     }
+    r.reset(false);
     return true;
 }
 

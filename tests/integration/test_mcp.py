@@ -827,6 +827,30 @@ class McpPlainTests(_McpCase):
                           (body, r))
         self.assertEqual(PLAIN.requests_since(n), [])
 
+    def test_names_only_a_case_blind_server_reads_cannot_smuggle_a_call(self):
+        # Go's encoding/json matches member names without regard to case (and folds U+017F
+        # and U+212A to s and k), the last match winning: on such a server each body runs
+        # delete_repo while an exact reader sees search, tools/list or a response. cordon
+        # refuses them (400) and the server sees none.
+        s = self.session()
+        m = marker()
+        n = PLAIN.snapshot()
+        bodies = [
+            '{"jsonrpc":"2.0","id":44,"method":"tools/call","params":'
+            '{"name":"search","Name":"delete_repo","arguments":{"repo":"%s"}}}',
+            '{"jsonrpc":"2.0","id":45,"method":"tools/call","params":{"name":"search"},'
+            '"param\u017f":{"name":"delete_repo","arguments":{"repo":"%s"}}}',
+            '{"jsonrpc":"2.0","id":46,"method":"tools/list","Method":"tools/call","params":'
+            '{"name":"delete_repo","arguments":{"repo":"%s"}}}',
+            '{"jsonrpc":"2.0","id":47,"error":{"code":1,"message":"x"},"METHOD":"tools/call",'
+            '"Params":{"Name":"delete_repo","arguments":{"repo":"%s"}}}',
+        ]
+        for body in bodies:
+            r = self.raw_post(s, (body % m).encode())
+            self.assertEqual((r.status, r.header("X-Cordon-Deny")), (400, "bad_request"),
+                             (body, r))
+        self.assertEqual(PLAIN.requests_since(n), [])
+
     def test_a_call_is_decided_whatever_its_content_type(self):
         s = self.session()
         m = marker()

@@ -275,3 +275,41 @@ TEST_CASE("mcp: duplicates in a large object, and the reused reader", "[mcp]") {
     CHECK_FALSE(parse_request_body(many + "]", b, error));
     CHECK(error == "a batch of more than 128 messages");
 }
+
+TEST_CASE("mcp: names a case-blind server would read as JSON-RPC's are refused", "[mcp]") {
+    // Go's encoding/json matches member names without regard to case (and folds U+017F and
+    // U+212A to 's' and 'k'), the last match winning: each body below would run delete_repo
+    // on such a server while cordon decided on something else, or on nothing.
+    request_body b;
+    std::string error;
+    for (
+        const char* body : {
+            R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","Name":"delete_repo"}})",
+            R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search"},"param\u017f":{"name":"delete_repo"}})",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/"
+            "call\",\"params\":{\"name\":\"search\"},\"param\xc5\xbf\":{\"name\":\"delete_repo\"}}",
+            R"({"jsonrpc":"2.0","id":1,"method":"tools/list","Method":"tools/call","params":{"name":"delete_repo"}})",
+            R"({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"},"METHOD":"tools/call","Params":{"Name":"delete_repo"}})",
+            R"([{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":2,"result":{},"mEthod":"tools/call"}])",
+            R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","\u212aey":1,"ARGUMENTS":{}}})",
+            R"({"JSONRPC":"2.0","jsonrpc":"2.0","id":1,"method":"ping"})",
+        }) {
+        INFO(body);
+        CHECK_FALSE(parse_request_body(body, b, error));
+        CHECK(error.find("without regard to case") != std::string::npos);
+    }
+    // Other names in other cases, and the same names deeper, are any message's own.
+    CHECK(parse_request_body(
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s","arguments":{"Name":1,"METHOD":2,"params":{"Params":3}},"Extra":1},"Other":1})",
+        b, error));
+    CHECK(b.messages.at(0).tool == "s");
+    // A server's messages too, at their own level: a case-blind client would show the
+    // unfiltered "Result".
+    std::string answer_error;
+    CHECK_FALSE(well_formed_json(R"({"jsonrpc":"2.0","id":1,"Result":{"tools":[]},"result":{}})",
+                                 answer_error));
+    CHECK(answer_error.find("without regard to case") != std::string::npos);
+    CHECK_FALSE(well_formed_json(R"([{"jsonrpc":"2.0","id":1,"result":{},"Id":2}])", answer_error));
+    CHECK(well_formed_json(
+        R"({"jsonrpc":"2.0","id":1,"result":{"Result":1,"tools":[{"Name":"x"}]}})", answer_error));
+}
