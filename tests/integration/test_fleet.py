@@ -63,10 +63,14 @@ class FleetCase(unittest.TestCase):
     cluster_opts = {"instance_ttl": "3s", "kill_wait": "2s"}
 
     def setUp(self):
-        self.etcd = E.Etcd(self.members).start()
-        self.prefix = f"/cordon-it-{os.getpid()}-{int(time.monotonic() * 1000)}/"
+        self.etcd = E.Etcd(self.members)
         self.cordons = {}
         self._conns = []
+        # tearDown does not run when setUp fails: nothing started here may outlive the test.
+        self.addCleanup(self.etcd.cleanup)
+        self.addCleanup(lambda: [c.cleanup() for c in self.cordons.values()])
+        self.etcd.start()
+        self.prefix = f"/cordon-it-{os.getpid()}-{int(time.monotonic() * 1000)}/"
         for n in self.names:
             self.cordons[n] = self.make(n)
         for c in self.cordons.values():
@@ -397,9 +401,13 @@ class ThreeMemberTests(FleetCase):
     def setUp(self):
         # a talks to members 0 and 1, b to member 2 only: stopping member 2 cuts b off the
         # store while the cluster keeps its quorum.
-        self.etcd = E.Etcd(self.members).start()
-        self.prefix = f"/cordon-it-{os.getpid()}-{int(time.monotonic() * 1000)}/"
+        self.etcd = E.Etcd(self.members)
+        self.cordons = {}
         self._conns = []
+        self.addCleanup(self.etcd.cleanup)
+        self.addCleanup(lambda: [c.cleanup() for c in self.cordons.values()])
+        self.etcd.start()
+        self.prefix = f"/cordon-it-{os.getpid()}-{int(time.monotonic() * 1000)}/"
         eps = self.etcd.endpoints
         self.cordons = {"a": self.make("a", endpoints=eps[:2]),
                         "b": self.make("b", endpoints=eps[2:])}
