@@ -1,11 +1,13 @@
 // Kill-switch latency: from the kill call to the last tunnel closed, as the clients see it.
 //
-//   kill_bench --proxy HOST:PORT --admin HOST:PORT --admin-token-file F --sessions FILE
+//   kill_bench --proxy HOST:PORT[,HOST:PORT...] --admin HOST:PORT --admin-token-file F --sessions
+//   FILE
 //              --tunnels N [--pumping K] [--scope network|session|session-end|sigkill]
 //              [--others M] [--others-pumping L] [--sink-port P] [--target-name localhost]
 //              [--concurrency 500] [--warmup-ms 300] [--pid PID]
 //
-// FILE holds one `SESSION_ID:TOKEN` per line. The tool starts its own sink on
+// Several proxies (a fleet's instances, bench/fleet_bench): tunnel i goes through the
+// (i mod count)-th. FILE holds one `SESSION_ID:TOKEN` per line. The tool starts its own sink on
 // 127.0.0.1:P (a forked process, one epoll loop: it accepts every connection, reads and
 // discards, and answers each '?' byte with '!'), then in its own epoll loop:
 //
@@ -71,7 +73,12 @@ namespace cordon::bench::kill_bench {
 
 int bench::run() {
     load_sessions();
-    proxy_ = addr_of(o_.proxy);
+    // --proxy A,B,C: the tunnels round-robin over several proxies (a fleet's instances).
+    for (std::size_t from = 0; from <= o_.proxy.size();) {
+        const std::size_t comma = std::min(o_.proxy.find(',', from), o_.proxy.size());
+        proxies_.push_back(addr_of(o_.proxy.substr(from, comma - from)));
+        from = comma + 1;
+    }
     const sockaddr_in admin = addr_of(o_.admin);
     std::string admin_token;
     {

@@ -118,7 +118,7 @@ private:
 
     options o_;
     int ep_ = -1;
-    sockaddr_in proxy_{};
+    std::vector<sockaddr_in> proxies_;  // tunnel i goes through proxies_[i % size]
     std::vector<std::string> ids_, connect_req_;
     std::vector<tunnel> t_;
     std::size_t opened_ = 0, failed_ = 0, in_flight_ = 0, next_ = 0;

@@ -60,7 +60,8 @@ void bench::start_tunnel(std::size_t i) {
     }
     set_nodelay(t.fd);
     ++in_flight_;
-    const int rc = ::connect(t.fd, reinterpret_cast<const sockaddr*>(&proxy_), sizeof proxy_);
+    const sockaddr_in& proxy = proxies_[i % proxies_.size()];
+    const int rc = ::connect(t.fd, reinterpret_cast<const sockaddr*>(&proxy), sizeof proxy);
     if (rc != 0 && errno != EINPROGRESS) {
         die("connect to the proxy (tunnel " + std::to_string(i) + ")");
     }

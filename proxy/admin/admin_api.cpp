@@ -73,7 +73,7 @@ awaitable<reply> admin_handlers::handle(const request& req, const route_match& m
         case route::denials: co_return denials(req);
         case route::reload: co_return co_await reload();
         case route::list_sessions: co_return list_sessions();
-        case route::create_session: co_return create_session(req);
+        case route::create_session: co_return co_await create_session(req);
         case route::get_session: co_return get_session(std::string(m.id));
         case route::end_session: co_return co_await end_session(std::string(m.id));
         case route::kill_session: co_return co_await kill_session(req, std::string(m.id));

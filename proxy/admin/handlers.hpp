@@ -75,7 +75,7 @@ private:
     // session_api.cpp
     reply list_sessions();
     reply get_session(const std::string& id);
-    reply create_session(const request& req);
+    awaitable<reply> create_session(const request& req);
     reply add_token(const request& req, const std::string& id);
     awaitable<reply> end_session(const std::string& id);
     awaitable<reply> revoke_token(const std::string& id, const std::string& token_id);

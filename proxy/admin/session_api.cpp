@@ -3,6 +3,8 @@
 
 #include <boost/json.hpp>
 
+#include <iostream>
+
 #include "config/units.hpp"
 #include "proxy/admin/handlers.hpp"
 #include "proxy/control/fleet.hpp"
@@ -129,44 +131,57 @@ reply admin_handlers::get_session(const std::string& id) {
     return {http::status::ok, session_json(*s)};
 }
 
-reply admin_handlers::create_session(const request& req) {
+awaitable<reply> admin_handlers::create_session(const request& req) {
     json::object body;
     reply err;
     if (!body_object(req, body, err)) {
-        return err;
+        co_return err;
     }
     const auto* job_v = body.if_contains("job");
     if (job_v == nullptr || !job_v->is_string()) {
-        return error(http::status::bad_request, "\"job\" (a job name) is required");
+        co_return error(http::status::bad_request, "\"job\" (a job name) is required");
     }
     const std::string job_name(job_v->as_string());
     const auto p = rt_.policy();
     const config::job* j = p->source().find_job(job_name);
     if (j == nullptr) {
-        return error(http::status::not_found, "no job named " + job_name);
+        co_return error(http::status::not_found, "no job named " + job_name);
     }
     std::chrono::milliseconds ttl{};
     if (!read_ttl(body, *j, ttl, err)) {
-        return err;
+        co_return err;
     }
     // A fleet creates sessions only while its copy of the state is current (docs/fleet.md):
     // the session is written to etcd (committed) before it is handed out, or not at all.
     if (rt_.cluster != nullptr && !rt_.cluster->serving()) {
-        return error(http::status::service_unavailable,
-                     "the fleet's store is " + rt_.cluster->describe() +
-                         ": no new sessions until it is reachable and caught up");
+        co_return error(http::status::service_unavailable,
+                        "the fleet's store is " + rt_.cluster->describe() +
+                            ": no new sessions until it is reachable and caught up");
     }
     control::minted m;
     try {
         m = rt_.sessions.create(job_name, ttl);
     } catch (const std::exception& e) {
-        return error(http::status::service_unavailable, e.what());
+        co_return error(http::status::service_unavailable, e.what());
     }
-    if (!rt_.kill.persist_session(m.session_id) && rt_.cluster != nullptr) {
-        rt_.sessions.forget(m.session_id);
-        rt_.kill.retry_unsaved();  // drops the forgotten id from what is retried
-        return error(http::status::service_unavailable,
-                     "the fleet's store did not take the session: no session was made");
+    if (rt_.cluster == nullptr) {
+        rt_.kill.persist_session(m.session_id);  // SQLite: an unsaved session is retried
+    } else {
+        // Committed by etcd before it is answered, or no session: written by the fleet's
+        // committer, batched with the creates of the moment, while this thread serves on.
+        const auto stored = rt_.sessions.stored(m.session_id);
+        std::string why = "the session vanished before it was written";
+        bool saved = false;
+        if (stored) {
+            saved = co_await rt_.cluster->save_new_session(*stored, why);
+        }
+        if (!saved) {
+            std::cerr << "cordon: cluster: session " << m.session_id << ": " << why << '\n';
+            rt_.sessions.forget(m.session_id);
+            co_return error(http::status::service_unavailable,
+                            "the fleet's store did not take the session: no session was made (" +
+                                why + ")");
+        }
     }
     rt_.audit(std::move(rt_.record("session.create")
                             .add("session", m.session_id)
@@ -181,8 +196,9 @@ reply admin_handlers::create_session(const request& req) {
         const auto insp = rt_.inspection();
         const inspect::credential_broker* b = insp ? insp->broker() : nullptr;
         if (b == nullptr) {
-            return error(http::status::service_unavailable,
-                         "the job's credentials need the credential broker, which is not loaded");
+            co_return error(
+                http::status::service_unavailable,
+                "the job's credentials need the credential broker, which is not loaded");
         }
         json::object creds;
         for (const auto& [var, secret] : j->credentials) {
@@ -190,7 +206,7 @@ reply admin_handlers::create_session(const request& req) {
         }
         out["credentials"] = std::move(creds);
     }
-    return {http::status::created, std::move(out)};
+    co_return reply{http::status::created, std::move(out)};
 }
 
 reply admin_handlers::add_token(const request& req, const std::string& id) {

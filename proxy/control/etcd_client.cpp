@@ -85,7 +85,10 @@ bool etcd_client::post_once(std::string_view path, const std::string& body, std:
         error = "etcd: no endpoints";
         return false;
     }
-    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    if (cap_ != std::chrono::steady_clock::time_point{} && cap_ < deadline) {
+        deadline = cap_;
+    }
     if (!d.stream) {
         // Each endpoint once at most, within the call's deadline.
         for (std::size_t tried = 0; tried < opts_.endpoints.size() && !d.stream; ++tried) {

@@ -53,6 +53,10 @@ public:
     /// The largest mod_revision of any key under `prefix` now (0 if none).
     bool newest_revision(std::string_view prefix, std::int64_t& revision, std::string& error);
 
+    /// A hard end for every call from now on (a retry loop's deadline): a call never runs past
+    /// it, whatever `timeout` says. time_point{} (the default): no cap.
+    void cap(std::chrono::steady_clock::time_point until) noexcept { cap_ = until; }
+
     /// The endpoint the last call used, "HOST:PORT".
     std::string endpoint() const;
     /// The endpoint list and auth, for another client (the watch's).
@@ -66,6 +70,7 @@ private:
                    std::string& error, bool& retry);
     struct impl;
     options opts_;
+    std::chrono::steady_clock::time_point cap_{};
     std::unique_ptr<impl> impl_;
 };
 

@@ -36,8 +36,16 @@ constexpr std::int64_t records_ttl_s = 7 * 24 * 3600;
 // After a session's last token expires its facts stay this long (seconds), then its lease
 // takes them: a little slack over the token's own expiry, counted on etcd's clock.
 constexpr std::int64_t session_slack_s = 2;
-// How long a write is retried while etcd is thought up (member loss, leader election).
+// How long a write is retried while etcd is thought up (member loss, leader election). Also
+// the longest the control thread waits on etcd for one write that is not the committer's.
 constexpr auto write_retry_for = 2500ms;
+// etcd refuses a transaction of more operations than --max-txn-ops (128 by default).
+constexpr std::size_t max_txn_ops = 120;
+// Writes queued for the committer at most: past it a create is refused at once (503) rather
+// than queued behind an etcd that does not answer.
+constexpr std::size_t max_queued_commits = 4096;
+// A lease id that the committer replaces with the session's (or the records') lease.
+constexpr std::int64_t lease_to_fill = -1;
 
 }  // namespace
 
@@ -93,6 +101,7 @@ bool etcd_store::load(loaded_state& out, std::string& error) {
                      1000000;
     out.last_event_id = next_event_id_;
     next_revision_.store(revision + 1);
+    watch_revision_ = revision;
     loaded_ = true;
     caught_up_ = true;
     up_.store(true);
@@ -123,6 +132,7 @@ void etcd_store::start(const std::string& admin, const std::string& proxy) {
     rt_.stats.set_cluster_store_up(serving());
     watch_ = std::thread([this] { watch_thread(); });
     keepalive_ = std::thread([this] { keepalive_thread(); });
+    committer_ = std::thread([this] { committer_thread(); });
 }
 
 void etcd_store::stop() {
@@ -131,6 +141,11 @@ void etcd_store::stop() {
     }
     { std::lock_guard lock(stop_mu_); }
     stop_cv_.notify_all();
+    { std::lock_guard lock(commit_mu_); }
+    commit_cv_.notify_all();
+    if (committer_.joinable()) {
+        committer_.join();  // what was queued fails (posted to the control thread)
+    }
     net::post(watch_ioc_, [this] { drop_watch(); });
     if (watch_.joinable()) {
         watch_.join();
@@ -146,10 +161,16 @@ void etcd_store::stop() {
 }
 
 template <class Call>
-bool etcd_store::retrying(Call&& call, std::string& error) {
+bool etcd_store::retrying(etcd_client& client, Call&& call, std::string& error) {
     // Retried for a bounded time: a member lost mid-call, or a leader election (about a second
-    // in a 3-member cluster), must not fail a kill's write. Every call is idempotent.
+    // in a 3-member cluster), must not fail a kill's write. Every call is idempotent. The
+    // client is capped at the deadline: a call to a member that hangs ends there too.
     const auto deadline = steady::now() + write_retry_for;
+    client.cap(deadline);
+    struct uncap {
+        etcd_client& c;
+        ~uncap() { c.cap({}); }
+    } const uncapped{client};
     for (int attempt = 0;; ++attempt) {
         if (call()) {
             return true;
@@ -174,14 +195,25 @@ bool etcd_store::write(std::vector<etcd::txn_op> ops, std::string& error) {
     }
     bool ok = false;
     etcd::header h;
-    if (!retrying([&] { return writer_.txn({}, ops, ok, h, error); }, error)) {
+    if (!retrying(
+            writer_, [&] { return writer_.txn({}, ops, ok, h, error); }, error)) {
         return false;
     }
     if (!ok) {
         error = "etcd: the transaction was not applied";
         return false;
     }
-    // Applied here at once, at the revision etcd gave it.
+    apply_written(ops, h);
+    return true;
+}
+
+void etcd_store::apply_written(std::vector<etcd::txn_op>& ops, const etcd::header& h) {
+    // Applied here at once, at the revision etcd gave it; the watch's echo then changes
+    // nothing. Unless the watch got there first (a committer's write: its answer and the watch
+    // race to the control thread): then the copy holds this and maybe newer, so it is left.
+    if (watch_revision_ >= h.revision) {
+        return;
+    }
     for (auto& op : ops) {
         etcd::event e;
         e.deleted = op.is_delete;
@@ -196,7 +228,148 @@ bool etcd_store::write(std::vector<etcd::txn_op> ops, std::string& error) {
         }
         copy_.apply(e, spec_.prefix);
     }
-    return true;
+}
+
+struct etcd_store::commit {
+    explicit commit(net::any_io_executor ex) : done(std::move(ex)) {}
+    std::vector<etcd::txn_op> ops;
+    lease_kind lease = lease_kind::none;
+    std::int64_t expiry_s = 0;  // lease_kind::session: the expiry second
+    // Set by the committer thread; read on the control thread once `finished`.
+    bool ok = false;
+    std::string error;
+    etcd::header h;
+    bool finished = false;   // control thread
+    net::steady_timer done;  // control thread: cancelled when finished
+};
+
+awaitable<bool> etcd_store::commit_async(std::vector<etcd::txn_op> ops, lease_kind lease,
+                                         std::int64_t expiry_s, std::string& error) {
+    if (!up_.load() || !committer_.joinable()) {
+        error = "etcd is unreachable (" + spec_.prefix + ")";
+        co_return false;
+    }
+    auto c = std::make_shared<commit>(co_await net::this_coro::executor);
+    c->ops = std::move(ops);
+    c->lease = lease;
+    c->expiry_s = expiry_s;
+    c->done.expires_at(steady::time_point::max());
+    {
+        std::lock_guard lock(commit_mu_);
+        if (commits_.size() >= max_queued_commits || stopping_.load()) {
+            error = "etcd: " + std::to_string(commits_.size()) +
+                    " writes already queued (etcd is slow or hangs)";
+            co_return false;
+        }
+        commits_.push_back(c);
+    }
+    commit_cv_.notify_one();
+    // The committer's answer is posted to this (the control) thread, so it cannot come between
+    // the push above and this wait.
+    while (!c->finished) {
+        auto [ec] = co_await c->done.async_wait(use_nothrow);
+        (void)ec;
+    }
+    if (!c->ok) {
+        error = c->error;
+        co_return false;
+    }
+    co_return true;
+}
+
+void etcd_store::committer_thread() {
+    etcd_client client(writer_.settings());
+    std::map<std::int64_t, std::int64_t> session_leases;  // expiry second -> lease id
+    std::int64_t records = 0;
+    auto records_at = steady::now();
+    for (;;) {
+        std::vector<std::shared_ptr<commit>> batch;
+        {
+            std::unique_lock lock(commit_mu_);
+            commit_cv_.wait(lock, [this] { return stopping_.load() || !commits_.empty(); });
+            if (stopping_.load()) {
+                batch.assign(commits_.begin(), commits_.end());
+                commits_.clear();
+            }
+            // Every write that queued while the last transaction was in flight, up to what
+            // one transaction may carry.
+            std::size_t n = 0;
+            while (!commits_.empty() &&
+                   (batch.empty() || n + commits_.front()->ops.size() <= max_txn_ops)) {
+                n += commits_.front()->ops.size();
+                batch.push_back(std::move(commits_.front()));
+                commits_.pop_front();
+            }
+        }
+        if (batch.empty()) {
+            return;  // stopping, nothing left
+        }
+        bool ok = !stopping_.load() && up_.load();
+        std::string error = stopping_.load() ? "cordon is stopping"
+                                             : "etcd is unreachable (" + spec_.prefix + ")";
+        // The leases the batch needs: one per expiry second (shared by the sessions created
+        // together), the records' one renewed daily.
+        const std::int64_t now_s = wall_seconds();
+        session_leases.erase(session_leases.begin(), session_leases.lower_bound(now_s));
+        std::vector<etcd::txn_op> ops;
+        for (const auto& c : batch) {
+            if (!ok) {
+                break;
+            }
+            std::int64_t lease = 0;
+            if (c->lease == lease_kind::session) {
+                if (const auto it = session_leases.find(c->expiry_s); it != session_leases.end()) {
+                    lease = it->second;
+                } else {
+                    const std::int64_t ttl = std::max<std::int64_t>(1, c->expiry_s - now_s) +
+                                             session_slack_s;
+                    ok = retrying(
+                        client, [&] { return client.grant(ttl, lease, error); }, error);
+                    session_leases[c->expiry_s] = lease;
+                }
+            } else if (c->lease == lease_kind::records) {
+                if (records == 0 || steady::now() - records_at > 24h) {
+                    ok = retrying(
+                        client, [&] { return client.grant(records_ttl_s, records, error); }, error);
+                    records_at = steady::now();
+                }
+                lease = records;
+            }
+            for (auto& op : c->ops) {
+                if (op.lease == lease_to_fill) {
+                    op.lease = lease;
+                }
+                ops.push_back(op);
+            }
+        }
+        if (!ok) {
+            session_leases.clear();  // a failed grant leaves nothing to reuse
+            records = 0;
+        }
+        etcd::header h;
+        if (ok) {
+            bool applied = false;
+            ok = retrying(
+                client, [&] { return client.txn({}, ops, applied, h, error); }, error);
+            if (ok && !applied) {
+                ok = false;
+                error = "etcd: the transaction was not applied";
+            }
+        }
+        // Each write's outcome, on the control thread (the copy is its own).
+        net::post(control_, [this, batch = std::move(batch), ok, error, h]() mutable {
+            for (auto& c : batch) {
+                c->ok = ok;
+                c->error = error;
+                c->h = h;
+                if (ok) {
+                    apply_written(c->ops, h);
+                }
+                c->finished = true;
+                c->done.cancel();
+            }
+        });
+    }
 }
 
 std::int64_t etcd_store::lease_for(common::wall_clock::time_point expires_at, std::string& error) {
@@ -210,7 +383,8 @@ std::int64_t etcd_store::lease_for(common::wall_clock::time_point expires_at, st
     leases_.erase(leases_.begin(), leases_.lower_bound(now_s));
     std::int64_t id = 0;
     const std::int64_t ttl = std::max<std::int64_t>(1, exp_s - now_s) + session_slack_s;
-    if (!up_.load() || !retrying([&] { return writer_.grant(ttl, id, error); }, error)) {
+    if (!up_.load() || !retrying(
+                           writer_, [&] { return writer_.grant(ttl, id, error); }, error)) {
         if (!up_.load()) {
             error = "etcd is unreachable (" + spec_.prefix + ")";
         }
@@ -218,19 +392,6 @@ std::int64_t etcd_store::lease_for(common::wall_clock::time_point expires_at, st
     }
     leases_[exp_s] = id;
     return id;
-}
-
-std::int64_t etcd_store::records_lease(std::string& error) {
-    if (records_lease_ == 0 || steady::now() - records_lease_at_ > 24h) {
-        std::int64_t id = 0;
-        if (!up_.load() ||
-            !retrying([&] { return writer_.grant(records_ttl_s, id, error); }, error)) {
-            return 0;
-        }
-        records_lease_ = id;
-        records_lease_at_ = steady::now();
-    }
-    return records_lease_;
 }
 
 void etcd_store::kill_id_for(const std::string& session, const std::string& kill_id) {
@@ -297,6 +458,24 @@ bool etcd_store::save_session(const stored_session& s, std::string& error) {
     }
     pending_kill_.erase(s.id);
     return true;
+}
+
+awaitable<bool> etcd_store::save_new_session(const stored_session& s, std::string& error) {
+    // The facts of a new session (s/ and its tokens), under the lease of its expiry second,
+    // which the committer grants or reuses: no call to etcd on this thread.
+    const std::string id = s.id;  // named: GCC 12
+    std::vector<etcd::txn_op> ops;
+    ops.push_back(
+        etcd::txn_op{false, key(fleet_keys::session(id)), session_value(s), lease_to_fill});
+    for (const auto& t : s.tokens) {
+        ops.push_back(
+            etcd::txn_op{false, key(fleet_keys::token(id, t.id)), token_value(t), lease_to_fill});
+    }
+    const std::int64_t exp_s =
+        std::chrono::duration_cast<std::chrono::seconds>(s.expires_at.time_since_epoch()).count() +
+        1;
+    const bool ok = co_await commit_async(std::move(ops), lease_kind::session, exp_s, error);
+    co_return ok;
 }
 
 bool etcd_store::save_kill(const kill_state& k, std::string& error) {
@@ -410,16 +589,15 @@ void etcd_store::tick() {
     }
 }
 
-void etcd_store::confirm(const std::string& kill_id, std::uint64_t closed, double elapsed_ms) {
+awaitable<void> etcd_store::confirm(std::string kill_id, std::uint64_t closed, double elapsed_ms) {
+    const std::string id = kill_id;  // named copies: GCC 12 (see gather)
+    std::vector<etcd::txn_op> ops{etcd::txn_op{
+        false, key(fleet_keys::confirm(id, spec_.instance)),
+        confirm_value(instance_confirmation{spec_.instance, closed, elapsed_ms}), lease_to_fill}};
     std::string error;
-    const std::int64_t lease = records_lease(error);
-    if (lease == 0 ||
-        !write(
-            {etcd::txn_op{false, key(fleet_keys::confirm(kill_id, spec_.instance)),
-                          confirm_value(instance_confirmation{spec_.instance, closed, elapsed_ms}),
-                          lease}},
-            error)) {
-        std::cerr << "cordon: cluster: confirming kill " << kill_id << ": " << error << '\n';
+    const bool ok = co_await commit_async(std::move(ops), lease_kind::records, 0, error);
+    if (!ok) {
+        std::cerr << "cordon: cluster: confirming kill " << id << ": " << error << '\n';
     }
 }
 
@@ -443,13 +621,16 @@ awaitable<fleet_outcome> etcd_store::gather(const fleet_kill& kill,
     }
     std::string error;
     k.origin = spec_.instance;
-    const std::int64_t lease = persisted ? records_lease(error) : 0;
-    if (!persisted || lease == 0 ||
-        !write(
-            {etcd::txn_op{false, key(fleet_keys::kill_record(k.id)), kill_record_value(k), lease},
-             etcd::txn_op{false, key(fleet_keys::confirm(k.id, spec_.instance)),
-                          confirm_value(self), lease}},
-            error)) {
+    bool written = false;
+    if (persisted) {
+        std::vector<etcd::txn_op> ops{etcd::txn_op{false, key(fleet_keys::kill_record(k.id)),
+                                                   kill_record_value(k), lease_to_fill},
+                                      etcd::txn_op{false,
+                                                   key(fleet_keys::confirm(k.id, spec_.instance)),
+                                                   confirm_value(self), lease_to_fill}};
+        written = co_await commit_async(std::move(ops), lease_kind::records, 0, error);
+    }
+    if (!written) {
         if (!error.empty()) {
             std::cerr << "cordon: cluster: kill " << k.id << ": " << error << '\n';
         }
@@ -489,6 +670,7 @@ awaitable<fleet_outcome> etcd_store::gather(const fleet_kill& kill,
 void etcd_store::on_events(const std::vector<etcd::event>& events) {
     const auto received = steady::now();
     for (const auto& e : events) {
+        watch_revision_ = std::max(watch_revision_, e.kv.mod_revision);
         act(copy_.apply(e, spec_.prefix), received);
     }
     if (!caught_up_ && copy_.revision() >= catch_up_to_) {
@@ -580,7 +762,8 @@ awaitable<void> etcd_store::close_and_confirm(std::string session, std::string t
     };
     const std::size_t closed = co_await rt_.connections.close_where(match, why);
     if (!kill_id.empty()) {
-        confirm(kill_id, closed, ms_since(received));
+        const double elapsed = ms_since(received);
+        co_await confirm(kill_id, closed, elapsed);
     }
 }
 
@@ -588,7 +771,8 @@ awaitable<void> etcd_store::network_and_confirm(kill_state k, std::string kill_i
                                                 steady::time_point received) {
     const std::size_t closed = co_await rt_.kill.apply_fleet_network(k);
     if (!kill_id.empty()) {
-        confirm(kill_id, closed, ms_since(received));
+        const double elapsed = ms_since(received);
+        co_await confirm(kill_id, closed, elapsed);
     }
 }
 
@@ -648,6 +832,7 @@ void etcd_store::reload_whole() {
     }
     loaded_ = true;
     caught_up_ = true;
+    watch_revision_ = std::max(watch_revision_, revision);
     next_revision_.store(revision + 1);
     std::cerr << "cordon: cluster: reloaded whole at revision " << revision << '\n';
 }

@@ -8,8 +8,11 @@
 // thread (the instance's lease, and whether etcd answers).
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -71,27 +74,41 @@ public:
     /// instances metrics, and with fail_closed the local network kill after store_timeout.
     void tick() override;
     bool fetch_session(const std::string& id) override;
+    awaitable<bool> save_new_session(const stored_session& s, std::string& error) override;
 
 private:
     // Writes `ops` in one transaction; on success applies them to the copy at once (the
     // watch's echo then changes nothing). Fails fast while etcd is known unreachable.
     bool write(std::vector<etcd::txn_op> ops, std::string& error);
-    // Calls `call` until it succeeds, etcd is known down, or write_retry_for passed.
+    // Calls `call` (on `client`) until it succeeds, etcd is known down, or write_retry_for
+    // passed: no call runs past that deadline (the client is capped), so the caller is blocked
+    // at most write_retry_for.
     template <class Call>
-    bool retrying(Call&& call, std::string& error);
+    bool retrying(etcd_client& client, Call&& call, std::string& error);
     std::int64_t lease_for(common::wall_clock::time_point expires_at, std::string& error);
-    std::int64_t records_lease(std::string& error);
+    // The committer: writes queued by the control thread, committed by etcd on a thread of
+    // their own (batched: what queued while one transaction was in flight goes in the next),
+    // the control thread's coroutine resumed with the outcome. Session creates, kill records
+    // and confirmations go this way; the control thread never waits on etcd for them.
+    struct commit;
+    enum class lease_kind : std::uint8_t { none, session, records };
+    awaitable<bool> commit_async(std::vector<etcd::txn_op> ops, lease_kind lease,
+                                 std::int64_t expiry_s, std::string& error);
+    void committer_thread();
+    // Ops etcd committed at `h`, applied to the copy unless the watch has already applied that
+    // revision (and maybe what came after it).
+    void apply_written(std::vector<etcd::txn_op>& ops, const etcd::header& h);
     // The watch thread hands events here (posted to the control thread).
     void on_events(const std::vector<etcd::event>& events);
     void act(const fleet_state::change& c, std::chrono::steady_clock::time_point received);
     // A whole reload: the copy replaced, what changed acted on (compaction, a late start).
     void reload_whole();
+    awaitable<void> confirm(std::string kill_id, std::uint64_t closed, double elapsed_ms);
     awaitable<void> close_and_confirm(std::string session, std::string token, std::string why,
                                       std::string kill_id,
                                       std::chrono::steady_clock::time_point received);
     awaitable<void> network_and_confirm(kill_state k, std::string kill_id,
                                         std::chrono::steady_clock::time_point received);
-    void confirm(const std::string& kill_id, std::uint64_t closed, double elapsed_ms);
     void watch_thread();
     void drop_watch();  // watch thread: closes the watch's connection (stop, a partition)
     void keepalive_thread();
@@ -106,8 +123,7 @@ private:
     std::set<std::string> confirmed_;                  // kill ids this instance confirmed (or gave)
     std::map<std::string, std::string> pending_kill_;  // session ("" network) -> kill id
     std::map<std::int64_t, std::int64_t> leases_;      // expiry second -> lease id
-    std::int64_t records_lease_ = 0;
-    std::chrono::steady_clock::time_point records_lease_at_{};
+    std::int64_t watch_revision_ = 0;  // control thread: the newest revision the watch applied
     std::uint64_t next_event_id_ = 0;
     bool loaded_ = false;     // control thread: the copy holds etcd's state
     bool caught_up_ = false;  // control thread
@@ -129,6 +145,10 @@ private:
     beast::tcp_stream* watch_conn_ = nullptr;  // watch thread only
     std::thread watch_;
     std::thread keepalive_;
+    std::thread committer_;
+    std::mutex commit_mu_;  // guards commits_
+    std::condition_variable commit_cv_;
+    std::deque<std::shared_ptr<commit>> commits_;
     std::mutex stop_mu_;
     std::condition_variable stop_cv_;
 };

@@ -46,6 +46,11 @@ public:
     /// etcd has it. Blocks the control thread for a few reads (the admin path, never the
     /// request path).
     virtual bool fetch_session(const std::string& id) = 0;
+    /// A session just created here (POST /v1/sessions): written to etcd, committed before this
+    /// returns true; false, with `error`, if etcd did not take it (then no session may be
+    /// handed out). The control thread is not blocked meanwhile: the write goes, batched with
+    /// the other creates of the moment, on a thread of its own.
+    virtual awaitable<bool> save_new_session(const stored_session& s, std::string& error) = 0;
 };
 
 }  // namespace cordon::proxy::control
