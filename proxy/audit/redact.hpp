@@ -77,4 +77,9 @@ std::string redact_header_value(std::string_view header_name, std::string_view v
 /// "task-..." is not an OpenAI key. Idempotent: redacting twice changes nothing more.
 std::string redact_text(std::string_view text);
 
+/// False only when redact_text(text) would return `text` unchanged: a quick test (one pass,
+/// a table lookup per byte) that lets a caller keep a clean string without copying it. True
+/// means "may change", not "will".
+bool may_redact_text(std::string_view text) noexcept;
+
 }  // namespace cordon::proxy::audit

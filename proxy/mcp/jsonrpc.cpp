@@ -155,7 +155,8 @@ struct seen_message {
 // One pass over a body: the JSON checked as any server would read it (no duplicate member
 // names anywhere, depth bounded by the parser) and each message's members taken as they
 // pass, ids as the text sent (a number keeps its spelling: 1.50 stays 1.50) and a tools/call's
-// arguments re-written compactly from the events. No DOM is built.
+// arguments given to a redactor as they pass, so the audit's copy needs no second parse. No
+// DOM is built.
 class reader {
 public:
     static constexpr std::size_t max_array_size = static_cast<std::size_t>(-1);
@@ -178,8 +179,7 @@ public:
         messages.clear();
         depth_ = 0;
         capture_ = 0;
-        first_.clear();
-        after_key_ = false;
+        redactor_.clear();
         in_params_ = false;
         member_ = member::none;
         param_ = param::none;
@@ -204,9 +204,7 @@ public:
     bool on_object_begin(json::error_code&) {
         if (take) {
             if (capturing()) {
-                separate();
-                args().push_back('{');
-                first_.push_back(true);
+                redactor_.begin_object();
             } else if (depth_ == top()) {
                 start_message(true);
             } else if (depth_ == top() + 1) {
@@ -220,7 +218,7 @@ public:
                     member_value(seen_message::kind::other);
                 }
             } else if (in_params() && param_ == param::arguments) {
-                start_capture('{');
+                start_capture(true);
             } else if (in_params()) {
                 param_value(seen_message::kind::other);
             }
@@ -235,7 +233,7 @@ public:
             return twice_error(twice, ec);
         }
         if (take) {
-            end_container('}');
+            end_container();
         }
         return true;
     }
@@ -245,9 +243,7 @@ public:
         }
         if (take) {
             if (capturing()) {
-                separate();
-                args().push_back('[');
-                first_.push_back(true);
+                redactor_.begin_array();
             } else if (depth_ == 0 && batch) {
                 // the batch itself
             } else if (depth_ == top()) {
@@ -261,7 +257,7 @@ public:
                     member_value(seen_message::kind::other);
                 }
             } else if (in_params() && param_ == param::arguments) {
-                start_capture('[');
+                start_capture(false);
             } else if (in_params()) {
                 param_value(seen_message::kind::other);
             }
@@ -272,7 +268,7 @@ public:
     bool on_array_end(std::size_t, json::error_code&) {
         --depth_;
         if (take) {
-            end_container(']');
+            end_container();
         }
         return true;
     }
@@ -333,10 +329,7 @@ public:
         }
         if (take) {
             if (capturing()) {
-                separate();
-                common::append_json_string(args(), key);
-                args().push_back(':');
-                after_key_ = true;
+                redactor_.key(key);
             } else if (depth_ == top() + 1) {
                 member_ = key == "jsonrpc"sv  ? member::jsonrpc
                           : key == "id"sv     ? member::id
@@ -396,7 +389,6 @@ private:
     std::size_t top() const noexcept { return batch ? 1 : 0; }
     bool in_params() const noexcept { return in_params_ && depth_ == top() + 2; }
     bool capturing() const noexcept { return capture_ != 0; }
-    std::string& args() { return messages.back().m.arguments; }
     seen_message* current() {
         return count > 0 && count <= messages.size() ? &messages.back() : nullptr;
     }
@@ -465,20 +457,24 @@ private:
             }
         } else if (was == param::arguments && k != seen_message::kind::null) {
             sm->arguments = true;
-            std::string& a = sm->m.arguments;
-            a.clear();
+            redactor_.clear();
             if (k == seen_message::kind::string) {
-                common::append_json_string(a, value_);
+                redactor_.string(value_);
             } else {
-                a.append(k == seen_message::kind::number ? std::string_view(number_) : scalar_);
+                redactor_.literal(k == seen_message::kind::number ? std::string_view(number_)
+                                                                  : scalar_);
             }
+            sm->m.arguments = redactor_.finish();
         }
     }
     // A value that is not a container, wherever it is.
     void scalar(std::string_view text, seen_message::kind k) {
         if (capturing()) {
-            separate();
-            args().append(text);
+            if (k == seen_message::kind::null) {
+                redactor_.null();
+            } else {
+                redactor_.literal(text);
+            }
         } else if (depth_ == top()) {
             start_message(false);
         } else if (depth_ == top() + 1) {
@@ -490,8 +486,7 @@ private:
     }
     void string_value() {
         if (capturing()) {
-            separate();
-            common::append_json_string(args(), value_);
+            redactor_.string(value_);
             return;
         }
         scalar({}, seen_message::kind::string);
@@ -505,36 +500,27 @@ private:
         number_.clear();
         return true;
     }
-    void start_capture(char open) {
+    void start_capture(bool object) {
         param_ = param::none;
         seen_message* sm = current();
         if (sm == nullptr) {
             return;
         }
         sm->arguments = true;
-        sm->m.arguments.clear();
-        sm->m.arguments.push_back(open);
+        redactor_.clear();
+        if (object) {
+            redactor_.begin_object();
+        } else {
+            redactor_.begin_array();
+        }
         capture_ = depth_ + 1;  // the depth inside the arguments' container
-        first_.assign(1, true);
     }
-    // Before a value or a key inside the captured arguments: the comma it needs.
-    void separate() {
-        if (after_key_) {
-            after_key_ = false;
-            return;
-        }
-        if (!first_.back()) {
-            args().push_back(',');
-        }
-        first_.back() = false;
-    }
-    void end_container(char close) {
+    void end_container() {
         if (capturing() && depth_ + 1 >= capture_) {
-            args().push_back(close);
+            redactor_.end();
             if (depth_ + 1 == capture_) {
                 capture_ = 0;  // the arguments' own container closed
-            } else {
-                first_.pop_back();
+                messages.back().m.arguments = redactor_.finish();
             }
             return;
         }
@@ -546,8 +532,7 @@ private:
 
     std::size_t depth_ = 0;
     std::size_t capture_ = 0;  // inside arguments: the depth inside their container; else 0
-    std::vector<bool> first_;  // per captured container: no element written yet
-    bool after_key_ = false;
+    audit::argument_redactor redactor_;  // the arguments being read, redacted at their end
     bool in_params_ = false;
     member member_ = member::none;
     param param_ = param::none;

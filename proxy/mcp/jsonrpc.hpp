@@ -24,7 +24,9 @@ struct message {
     /// "\"abc\"", "null"); empty for a notification (no "id" member).
     std::string id;
     std::string method;  ///< "" for a response (to a server's request: "result" or "error")
-    /// tools/call only: params.name, and params.arguments as compact JSON text ("" if absent).
+    /// tools/call only: params.name, and params.arguments as compact JSON text ("" if absent),
+    /// redacted for the audit log as the body was read (audit::argument_redactor: secrets
+    /// hidden, numbers as spelled).
     std::string tool;
     std::string arguments;
     bool is_call() const noexcept { return method == "tools/call"; }

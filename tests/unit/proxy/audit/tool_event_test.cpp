@@ -233,7 +233,7 @@ TEST_CASE("tool events: secrets named by a sibling, and deep arguments", "[tool_
                              std::string(60, ']');
     CHECK(redact_tool_arguments(deep).find("attacker.example") != std::string::npos);
     // The MCP form: redacted and bounded as posted events are.
-    const tool_event e = tool_event_of("search", R"({"api_key":"sk-x","q":"y"})");
+    const tool_event e = tool_event_of("search", R"({"api_key":"REDACTED","q":"y"})");
     CHECK(e.tool == "search");
     CHECK(e.arguments == R"({"api_key":"REDACTED","q":"y"})");
     CHECK_FALSE(e.truncated);
@@ -241,4 +241,64 @@ TEST_CASE("tool events: secrets named by a sibling, and deep arguments", "[tool_
     const tool_event big = tool_event_of("t", "[\"" + std::string(20000, 'a') + "\"]");
     CHECK(big.truncated);
     CHECK(big.arguments.size() <= max_arguments_bytes);
+}
+
+TEST_CASE("tool events: what redaction keeps and what it hides, wherever it is", "[tool_event]") {
+    // Numbers as they were spelled (a DOM would print 1.5, a double for the big integer and
+    // Infinity for 1e999); escapes read and written back; whitespace dropped.
+    CHECK(redact_tool_arguments(R"({ "a" : 1.50, "b": 1e999, "c": 123456789012345678901234567890,)"
+                                R"( "d": -0, "e": [true, false, null], "f": "\u00e9\"\\\n" })") ==
+          R"({"a":1.50,"b":1e999,"c":123456789012345678901234567890,"d":-0,)"
+          R"("e":[true,false,null],"f":"é\"\\\n"})");
+    // The sibling that names the secret may come after the value; null and "" stay.
+    CHECK(redact_tool_arguments(R"({"value":"hunter2","name":"X-Api-Key"})") ==
+          R"({"value":"REDACTED","name":"X-Api-Key"})");
+    CHECK(redact_tool_arguments(R"({"value":null,"name":"password"})") ==
+          R"({"value":null,"name":"password"})");
+    CHECK(redact_tool_arguments(R"({"data":{"deep":[1,2]},"field":"cookie"})") ==
+          R"({"data":"REDACTED","field":"cookie"})");
+    // A name that is not a string names nothing; a sibling test is per object.
+    CHECK(redact_tool_arguments(R"({"name":["password"],"value":"v"})") ==
+          R"({"name":["password"],"value":"v"})");
+    CHECK(redact_tool_arguments(R"({"o":{"name":"token"},"value":"v"})") ==
+          R"({"o":{"name":"token"},"value":"v"})");
+    // Pairs: exactly two elements, the first a secret's name; the second hidden whatever it is.
+    CHECK(redact_tool_arguments(R"([["api_key",{"x":1}],["api_key"],["api_key",""],)"
+                                R"(["api_key","a","b"],[["api_key"],"v"]])") ==
+          R"([["api_key","REDACTED"],["api_key"],["api_key",""],["api_key","a","b"],)"
+          R"([["api_key"],"v"]])");
+    // A secret member's value is hidden whole, whatever its type.
+    CHECK(redact_tool_arguments(R"({"password":{"a":[1,{"b":2}]},"n":1,"token":7})") ==
+          R"({"password":"REDACTED","n":1,"token":"REDACTED"})");
+    // Two names that redact to the same text are both kept (a DOM would keep one).
+    CHECK(redact_tool_arguments(R"({"x?token=1":1,"x?token=2":2})") ==
+          R"({"x?token=REDACTED":1,"x?token=REDACTED":2})");
+    // Scalars alone; a text that is not JSON is hidden whole.
+    CHECK(redact_tool_arguments(R"("Bearer abcdefghijklmnop")") == R"("Bearer REDACTED")");
+    CHECK(redact_tool_arguments("42") == "42");
+    CHECK(redact_tool_arguments("{\"a\":") == "REDACTED");
+
+    // The redactor fed event by event (as the MCP reader does) writes what the text gives.
+    argument_redactor r;
+    r.begin_object();
+    r.key("headers");
+    r.begin_array();
+    r.begin_object();
+    r.key("name");
+    r.string("Authorization");
+    r.key("value");
+    r.string("Basic dXNlcjpodW50ZXIy");
+    r.end();
+    r.end();
+    r.key("q");
+    r.string("see https://u:p@h/x?sig=1");
+    r.key("n");
+    r.literal("1.0");
+    r.end();
+    CHECK(r.finish() == R"({"headers":[{"name":"Authorization","value":"REDACTED"}],)"
+                        R"("q":"see https://REDACTED@h/x?sig=REDACTED","n":1.0})");
+    r.string("x");
+    CHECK(r.finish() == R"("x")");  // ready for the next value
+    r.begin_array();
+    CHECK(r.finish() == "REDACTED");  // not a whole value: hidden
 }

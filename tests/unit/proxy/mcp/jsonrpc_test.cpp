@@ -50,6 +50,16 @@ TEST_CASE("mcp jsonrpc: a call, its tool and arguments", "[mcp]") {
     CHECK(m.id == "7");
     CHECK(m.tool == "search");
     CHECK(m.arguments == R"({"q":"x","n":[1,2]})");
+    // Redacted for the audit log as the body is read, numbers as spelled.
+    const request_body s = parsed(
+        R"({"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"fetch","arguments":)"
+        R"({"url":"https://u:pw@h/?token=t1","api_key":"sk-x","n":1.50,"h":[["Cookie","c=1"]]}}})");
+    CHECK(s.messages[0].arguments ==
+          R"({"url":"https://REDACTED@h/?token=REDACTED","api_key":"REDACTED","n":1.50,)"
+          R"("h":[["Cookie","REDACTED"]]})");
+    const request_body scalar = parsed(
+        R"({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"sh","arguments":"password=hunter2"}})");
+    CHECK(scalar.messages[0].arguments == R"("password=REDACTED")");
 
     const request_body n = parsed(R"({"jsonrpc":"2.0","method":"notifications/initialized"})");
     CHECK_FALSE(n.messages[0].has_id());
