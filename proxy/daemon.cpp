@@ -636,7 +636,11 @@ int run_daemon(const daemon_options& opts) {
                            std::to_string(ep.port());
             }
         }
-        fleet_store->start(admin_at, rt.proxy_endpoint.to_string());
+        std::string why;
+        if (!fleet_store->start(admin_at, rt.proxy_endpoint.to_string(), why)) {
+            std::cerr << "cordon: refusing to start: cluster: " << why << '\n';
+            return 1;
+        }
     }
     start_accepting(rt, l, control, admin_token);
     sweeps sweep(rt, control);

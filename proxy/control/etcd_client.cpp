@@ -281,6 +281,13 @@ bool etcd_client::revoke(std::int64_t id, std::string& error) {
     return true;
 }
 
+bool etcd_client::time_to_live(std::int64_t id, std::int64_t& ttl, std::string& error) {
+    std::string answer;
+    // The same body as a revoke's: {"ID": "..."}.
+    CORDON_ETCD_CALL("/v3/lease/timetolive", etcd::lease_revoke_body(id), answer);
+    return etcd::parse_time_to_live(answer, ttl, error);
+}
+
 bool etcd_client::range_all(std::string_view prefix, std::vector<etcd::key_value>& kvs,
                             std::int64_t& revision, std::string& error) {
     kvs.clear();

@@ -47,6 +47,8 @@ public:
     /// `ttl` 0 on return: the lease is gone (expired or revoked).
     bool keepalive(std::int64_t id, std::int64_t& ttl, std::string& error);
     bool revoke(std::int64_t id, std::string& error);
+    /// The seconds lease `id` has left (-1: gone).
+    bool time_to_live(std::int64_t id, std::int64_t& ttl, std::string& error);
     /// Every key under `prefix`, at one revision (read in pages), and that revision.
     bool range_all(std::string_view prefix, std::vector<etcd::key_value>& kvs,
                    std::int64_t& revision, std::string& error);

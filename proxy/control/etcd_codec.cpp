@@ -7,8 +7,37 @@
 #include <array>
 #include <charconv>
 #include <limits>
+#include <type_traits>
 
 namespace cordon::proxy::control::etcd {
+
+template <class Int>
+std::optional<Int> integer(const boost::json::value& v, bool from_string) {
+    static_assert(std::is_same_v<Int, std::int64_t> || std::is_same_v<Int, std::uint64_t>);
+    constexpr auto max = static_cast<std::uint64_t>(std::numeric_limits<Int>::max());
+    if (v.is_int64() && (std::is_signed_v<Int> || v.as_int64() >= 0)) {
+        return static_cast<Int>(v.as_int64());
+    }
+    if (v.is_uint64() && v.as_uint64() <= max) {
+        return static_cast<Int>(v.as_uint64());
+    }
+    if (from_string && v.is_string()) {
+        const auto& s = v.as_string();
+        Int out = 0;
+        if (!s.empty() && s.size() <= 20) {
+            const auto* end = s.data() + s.size();
+            const auto r = std::from_chars(s.data(), end, out);
+            if (r.ec == std::errc() && r.ptr == end) {
+                return out;
+            }
+        }
+    }
+    return std::nullopt;
+}
+
+template std::optional<std::int64_t> integer<std::int64_t>(const boost::json::value&, bool);
+template std::optional<std::uint64_t> integer<std::uint64_t>(const boost::json::value&, bool);
+
 namespace {
 
 namespace json = boost::json;
@@ -39,62 +68,29 @@ std::string num(std::int64_t v) { return std::to_string(v); }
 
 // A 64-bit number as the gateway writes it: a JSON string of decimal digits (int64 and uint64
 // fields), or a plain JSON integer (some fields, some versions). Absent: 0.
-bool read_int(const json::object& o, std::string_view name, std::int64_t& out, std::string& error) {
+template <class Int>
+bool read_number(const json::object& o, std::string_view name, Int& out, std::string& error) {
     out = 0;
     const auto* v = o.if_contains(name);
     if (v == nullptr) {
         return true;
     }
-    if (v->is_int64()) {
-        out = v->as_int64();
+    if (const auto n = integer<Int>(*v, true)) {
+        out = *n;
         return true;
     }
-    if (v->is_uint64() &&
-        v->as_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        out = static_cast<std::int64_t>(v->as_uint64());
-        return true;
-    }
-    if (v->is_string()) {
-        const auto& s = v->as_string();
-        if (!s.empty() && s.size() <= 20) {
-            const auto* end = s.data() + s.size();
-            const auto r = std::from_chars(s.data(), end, out);
-            if (r.ec == std::errc() && r.ptr == end) {
-                return true;
-            }
-        }
-    }
-    error = "etcd: field " + std::string(name) + " is not a 64-bit number";
+    error = "etcd: field " + std::string(name) + " is not " +
+            (std::is_signed_v<Int> ? "a 64-bit number" : "an unsigned 64-bit number");
     return false;
+}
+
+bool read_int(const json::object& o, std::string_view name, std::int64_t& out, std::string& error) {
+    return read_number(o, name, out, error);
 }
 
 bool read_uint(const json::object& o, std::string_view name, std::uint64_t& out,
                std::string& error) {
-    out = 0;
-    const auto* v = o.if_contains(name);
-    if (v == nullptr) {
-        return true;
-    }
-    if (v->is_uint64()) {
-        out = v->as_uint64();
-        return true;
-    }
-    if (v->is_int64() && v->as_int64() >= 0) {
-        out = static_cast<std::uint64_t>(v->as_int64());
-        return true;
-    }
-    if (v->is_string()) {
-        const auto& s = v->as_string();
-        if (!s.empty() && s.size() <= 20) {
-            const auto* end = s.data() + s.size();
-            const auto r = std::from_chars(s.data(), end, out);
-            if (r.ec == std::errc() && r.ptr == end) {
-                return true;
-            }
-        }
-    }
-    error = "etcd: field " + std::string(name) + " is not an unsigned 64-bit number";
-    return false;
+    return read_number(o, name, out, error);
 }
 
 bool read_bool(const json::object& o, std::string_view name, bool& out, std::string& error) {
@@ -417,6 +413,11 @@ bool parse_lease_grant(std::string_view body, std::int64_t& id, std::int64_t& tt
         return false;
     }
     return true;
+}
+
+bool parse_time_to_live(std::string_view body, std::int64_t& ttl, std::string& error) {
+    json::object o;
+    return parse_object(body, o, error) && read_int(o, "TTL", ttl, error);
 }
 
 bool parse_keepalive(std::string_view body, std::int64_t& id, std::int64_t& ttl,

@@ -12,6 +12,10 @@
 #include <string_view>
 #include <vector>
 
+namespace boost::json {
+class value;
+}
+
 namespace cordon::proxy::control::etcd {
 
 /// Bounds on what etcd may hand cordon.
@@ -20,6 +24,12 @@ inline constexpr std::size_t max_key = 1024;          ///< a decoded key
 inline constexpr std::size_t max_value = 256u << 10;  ///< a decoded value
 inline constexpr std::size_t max_kvs_per_answer = 100000;
 inline constexpr std::size_t max_events_per_message = 100000;
+
+/// A JSON value as a 64-bit integer (`Int`: std::int64_t or std::uint64_t): a JSON integer in
+/// range, or, with `from_string`, a string of decimal digits (how the gateway writes its int64
+/// and uint64 fields). nullopt for anything else (a fraction, a sign out of range, text).
+template <class Int>
+std::optional<Int> integer(const boost::json::value& v, bool from_string);
 
 std::string base64_encode(std::string_view bytes);
 /// nullopt unless `text` is canonical padded base64 (RFC 4648 section 4) of at most `max_out`
@@ -89,6 +99,8 @@ bool parse_txn(std::string_view body, header& h, bool& succeeded, std::string& e
 bool parse_lease_grant(std::string_view body, std::int64_t& id, std::int64_t& ttl,
                        std::string& error);
 /// One keepalive answer (a stream message {"result": ...}). `ttl` 0: the lease is gone.
+/// /v3/lease/timetolive's answer: the seconds left (`ttl` -1: the lease is gone).
+bool parse_time_to_live(std::string_view body, std::int64_t& ttl, std::string& error);
 bool parse_keepalive(std::string_view body, std::int64_t& id, std::int64_t& ttl,
                      std::string& error);
 

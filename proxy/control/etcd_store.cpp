@@ -108,31 +108,108 @@ bool etcd_store::load(loaded_state& out, std::string& error) {
     return true;
 }
 
-void etcd_store::start(const std::string& admin, const std::string& proxy) {
+bool etcd_store::name_in_use(const std::string& admin, std::string& error) {
+    const auto& registry = copy_.instances();
+    const auto it = registry.find(spec_.instance);
+    const auto* kv = copy_.raw(fleet_keys::instance(spec_.instance));
+    if (it == registry.end() || kv == nullptr) {
+        return false;
+    }
+    const fleet_instance& other = it->second;
+    // Its admin address is the one this process bound: the holder is a predecessor that died
+    // without leaving (its lease not yet run out). Take its place.
+    if (!admin.empty() && other.admin == admin) {
+        return false;
+    }
+    // Otherwise: alive if its lease is being renewed (every second). Two readings of its time
+    // to live, 3.5 s apart: a dead holder's has gone down by 3 s or more (or the lease is
+    // gone), a live one's by 2 s at most.
+    std::int64_t before = 0;
+    std::int64_t after = 0;
+    std::string why;
+    if (!writer_.time_to_live(kv->lease, before, why)) {
+        std::cerr << "cordon: cluster: the registry's lease of " << spec_.instance << ": " << why
+                  << '\n';
+        return false;
+    }
+    if (before > 0) {
+        std::cerr << "cordon: cluster: instance name " << spec_.instance
+                  << " is registered by another process (admin " << other.admin << ", pid "
+                  << other.pid << "): checking whether it is alive (3.5 s)\n";
+        std::this_thread::sleep_for(3500ms);
+        if (!writer_.time_to_live(kv->lease, after, why)) {
+            return false;
+        }
+    }
+    if (before <= 0 || after <= 0 || after < before - 2) {
+        return false;  // gone, or not renewed: a dead predecessor's
+    }
+    error = "instance name " + spec_.instance + " is in use by a live instance (admin " +
+            other.admin + ", proxy " + other.proxy + ", pid " + std::to_string(other.pid) +
+            ", started " + common::format_rfc3339(other.started) +
+            "): give every instance its own cluster.instance (two of one name would overwrite "
+            "each other's registry entry and kill confirmations)";
+    return true;
+}
+
+bool etcd_store::start(const std::string& admin, const std::string& proxy, std::string& error) {
     admin_ = admin;
     proxy_ = proxy;
+    if (up_.load() && name_in_use(admin, error)) {
+        return false;
+    }
     rt_.stats.enable_cluster();
-    // The registry: this instance, under a lease that lapses when it stops renewing it.
-    std::string error;
+    // The registry: this instance, under a lease that lapses when it stops renewing it;
+    // written only if the name's key is still what name_in_use() saw (absent, or a dead
+    // predecessor's), so two instances starting at once under one name do not both register.
+    std::string why;
     const auto ttl_s = std::max<std::int64_t>(
         2, std::chrono::duration_cast<std::chrono::seconds>(spec_.instance_ttl).count());
     std::int64_t lease = 0;
-    if (up_.load() && writer_.grant(ttl_s, lease, error)) {
+    if (up_.load() && writer_.grant(ttl_s, lease, why)) {
         instance_lease_.store(lease);
         fleet_instance me{spec_.instance, admin_, proxy_, ::getpid(), started_, 0};
-        if (!write({etcd::txn_op{false, key(fleet_keys::instance(spec_.instance)),
-                                 instance_value(me), lease}},
-                   error)) {
-            std::cerr << "cordon: cluster: registering " << spec_.instance << ": " << error << '\n';
+        const std::string k = key(fleet_keys::instance(spec_.instance));
+        const auto* had = copy_.raw(fleet_keys::instance(spec_.instance));
+        // The key as it is now: gone (the predecessor's lease ran out meanwhile) or still the
+        // one name_in_use() judged; anything else is a new holder.
+        std::vector<etcd::key_value> now;
+        std::int64_t at = 0;
+        std::int64_t expected = 0;
+        if (writer_.range_all(k, now, at, why)) {
+            for (const auto& kv : now) {
+                if (kv.key == k) {
+                    expected = kv.create_revision;
+                }
+            }
+        }
+        if (expected != 0 && (had == nullptr || had->create_revision != expected)) {
+            expected = -1;  // registered by another instance since: the txn fails below
+        }
+        std::vector<etcd::txn_op> ops{etcd::txn_op{false, k, instance_value(me), lease}};
+        bool took = false;
+        etcd::header h;
+        if (!writer_.txn({etcd::txn_compare{k, expected}}, ops, took, h, why)) {
+            std::cerr << "cordon: cluster: registering " << spec_.instance << ": " << why << '\n';
+        } else if (!took) {
+            writer_.revoke(lease, why);
+            instance_lease_.store(0);
+            error = "instance name " + spec_.instance +
+                    " was registered by another instance just now: give every instance its "
+                    "own cluster.instance";
+            return false;
+        } else {
+            apply_written(ops, h);
         }
     } else if (up_.load()) {
-        std::cerr << "cordon: cluster: the instance lease: " << error << '\n';
+        std::cerr << "cordon: cluster: the instance lease: " << why << '\n';
     }
     rt_.stats.set_cluster_instances(copy_.instances().size());
     rt_.stats.set_cluster_store_up(serving());
     watch_ = std::thread([this] { watch_thread(); });
     keepalive_ = std::thread([this] { keepalive_thread(); });
     committer_ = std::thread([this] { committer_thread(); });
+    return true;
 }
 
 void etcd_store::stop() {

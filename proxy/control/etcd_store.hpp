@@ -37,10 +37,12 @@ public:
     etcd_store(const etcd_store&) = delete;
     etcd_store& operator=(const etcd_store&) = delete;
 
-    /// Registers this instance (leased) and starts the watch and keepalive threads. After
-    /// load() (or after a failed one with cluster.start_without_store: the watch loads whole
-    /// once etcd answers). `admin` and `proxy` are where it listens, for the registry.
-    void start(const std::string& admin, const std::string& proxy);
+    /// Registers this instance (leased) and starts the watch, keepalive and committer threads.
+    /// After load() (or after a failed one with cluster.start_without_store: the watch loads
+    /// whole once etcd answers). `admin` and `proxy` are where it listens, for the registry.
+    /// False, with `error`, when another live instance is registered under this instance's
+    /// name (cordon refuses to start); a dead predecessor's entry is taken over.
+    bool start(const std::string& admin, const std::string& proxy, std::string& error);
     /// Stops the threads and revokes the instance's lease (it leaves the registry now).
     void stop();
 
@@ -113,6 +115,8 @@ private:
     void drop_watch();  // watch thread: closes the watch's connection (stop, a partition)
     void keepalive_thread();
     std::string key(const std::string& rel) const { return spec_.prefix + rel; }
+    // Whether a live instance holds this instance's name in the registry (`error` says who).
+    bool name_in_use(const std::string& admin, std::string& error);
 
     runtime& rt_;
     net::io_context& control_;

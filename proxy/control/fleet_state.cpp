@@ -54,22 +54,16 @@ bool get_text(const json::object& o, std::string_view name, std::string& out) {
     return true;
 }
 
+// A number cordon wrote (a JSON integer, never a string). Absent: 0.
 bool get_int(const json::object& o, std::string_view name, std::int64_t& out) {
+    out = 0;
     const auto* v = o.if_contains(name);
     if (v == nullptr) {
-        out = 0;
         return true;
     }
-    if (v->is_int64()) {
-        out = v->as_int64();
-        return true;
-    }
-    if (v->is_uint64() &&
-        v->as_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-        out = static_cast<std::int64_t>(v->as_uint64());
-        return true;
-    }
-    return false;
+    const auto n = etcd::integer<std::int64_t>(*v, false);
+    out = n.value_or(0);
+    return n.has_value();
 }
 
 bool get_time(const json::object& o, std::string_view name, common::wall_clock::time_point& out) {

@@ -76,6 +76,15 @@ class Member:
             self.proc.kill()
             self.proc.wait(5)
 
+    def pause(self):
+        """SIGSTOP: the member hangs (its kernel still accepts connections; nothing answers)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def log_tail(self, n=3000):
         try:
             with open(self.log_path, "rb") as f:
@@ -113,9 +122,17 @@ class Etcd:
         for m in self.members:
             m.stop()
 
+    def pause(self):
+        for m in self.members:
+            m.pause()
+
+    def resume(self):
+        for m in self.members:
+            m.resume()
+
     def cleanup(self):
         for m in self.members:
-            m.kill()
+            m.kill()  # SIGKILL ends a paused member too
         self.tmp.cleanup()
 
     # the gateway, from the tests' side

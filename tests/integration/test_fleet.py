@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 import unittest
 
@@ -306,6 +307,31 @@ class SessionsTests(FleetCase):
         _, js = self.post("a", f"/v1/sessions/{s['id']}/kill", {"reason": "t", "by": "tests"})
         self.assertEqual(js["missing"], [], js)
 
+    def test_a_second_instance_of_one_name_is_refused_a_dead_ones_name_taken_over(self):
+        # Two live instances of one name would overwrite each other's registry entry and
+        # confirmations: the second refuses to start, saying who holds the name.
+        twin = self.make("b")
+        try:
+            with self.assertRaises(H.CordonError) as e:
+                twin.start(timeout=20)
+            self.assertIn("instance name b is in use by a live instance", str(e.exception))
+            host, port = self.cordons["b"].admin_addr
+            self.assertIn(f"admin {host}:{port}", str(e.exception))
+        finally:
+            twin.cleanup()
+        self.wait_registry(3)
+        # A predecessor SIGKILLed (its lease not yet run out) is no holder: its successor
+        # starts, on other ports, once the lease is seen not renewed, and serves.
+        self.cordons["c"].kill()
+        heir = self.make("c")
+        self.cordons["c"] = heir
+        heir.start(timeout=20)
+        s = self.cordons["a"].create_session("agent")
+        self.open_tunnel("c", s)
+        st = self.cordons["a"].status()
+        self.assertEqual(sorted(i["instance"] for i in st["cluster"]["instances"]),
+                         ["a", "b", "c"], st)
+
     def test_session_lease_revoked_in_etcd_ends_it_everywhere(self):
         # Expiry follows etcd's lease (its clock), not only each host's wall clock.
         s = self.cordons["a"].create_session("agent")
@@ -373,6 +399,56 @@ class StoreFaultTests(FleetCase):
         self.assertTrue(H.wait_until(lambda: self.metric("a", "cordon_cluster_store_up") == 1,
                                      10, 0.1))
 
+    def test_hung_etcd_and_a_flood_of_creates_do_not_delay_a_kill(self):
+        """The attacker's case: etcd hangs (SIGSTOP: connections are accepted, nothing answers)
+        while creates keep coming to a (a runaway orchestrator, shims retrying). A network kill
+        on a must still cut a's tunnels at once: no write to the hung etcd may hold the control
+        thread (which reads the kill call) meanwhile. The kill is kept and reaches b once etcd
+        answers again."""
+        s = self.cordons["a"].create_session("agent")
+        tunnels = [self.open_tunnel("a", s) for _ in range(4)]
+        self.etcd.pause()
+        self.addCleanup(self.etcd.resume)
+        stop = threading.Event()
+        answers = []
+
+        def flood():
+            for _ in range(100):  # bounded; each create waits at most 5 s
+                if stop.is_set():
+                    return
+                try:
+                    answers.append(self.cordons["a"].admin_raw(
+                        "POST", "/v1/sessions", {"job": "agent"}, timeout=5)[0])
+                except OSError:
+                    answers.append(None)
+
+        floods = [threading.Thread(target=flood) for _ in range(4)]
+        for t in floods:
+            t.start()
+        try:
+            time.sleep(0.3)  # the creates are waiting on the hung etcd now
+            kill_answer = []
+            t0 = time.monotonic()
+            killer = threading.Thread(target=lambda: kill_answer.append(self.cordons["a"].admin(
+                "POST", "/v1/kill", {"reason": "t: hung etcd", "by": "tests"})))
+            killer.start()
+            for c in tunnels:
+                self.assertTrue(self.closed_within(c, max(0.05, t0 + 0.5 - time.monotonic())),
+                                f"a tunnel on a still open {time.monotonic() - t0:.2f} s after "
+                                "the kill call (the control thread waits on the hung etcd)")
+            killer.join(10)
+            self.assertEqual(kill_answer[0][0], 200, kill_answer)
+        finally:
+            stop.set()
+            for t in floods:
+                t.join(15)
+        # No create was answered as made while etcd hung.
+        self.assertNotIn(201, answers, answers)
+        # Back: the kill is written and reaches b.
+        self.etcd.resume()
+        self.assertTrue(H.wait_until(lambda: self.cordons["b"].status()["kill"]["engaged"],
+                                     15, 0.1), "b never learnt of the kill given on a")
+
     def test_fail_closed_engages_the_local_kill_after_store_timeout(self):
         c = self.make("fc", fail_closed="true", store_timeout="1s")
         self.cordons["fc"] = c
@@ -397,6 +473,9 @@ class StoreFaultTests(FleetCase):
 class ThreeMemberTests(FleetCase):
     members = 3
     names = ("a", "b")
+    # A cut-off instance stays in the registry through a kill's wait (it is missing, not
+    # gone): its lease outlives the time to see it cut off plus kill_wait.
+    cluster_opts = {"instance_ttl": "10s", "kill_wait": "2s"}
 
     def setUp(self):
         # a talks to members 0 and 1, b to member 2 only: stopping member 2 cuts b off the

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <boost/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -22,6 +24,26 @@ TEST_CASE("etcd base64: round trip, canonical only, bounded", "[etcd]") {
     CHECK_FALSE(etcd::base64_decode("Zm9v!A==", 100));  // not the alphabet
     CHECK_FALSE(etcd::base64_decode("Zh==", 100));      // unused bits set: not canonical
     CHECK_FALSE(etcd::base64_decode("Zm9vYmFy", 5));    // over the bound
+}
+
+TEST_CASE("etcd integer: JSON integers in range, decimal strings only when asked", "[etcd]") {
+    namespace json = boost::json;
+    using cordon::proxy::control::etcd::integer;
+    CHECK(integer<std::int64_t>(json::value(42), false) == 42);
+    CHECK(integer<std::int64_t>(json::value(-7), false) == -7);
+    CHECK(integer<std::uint64_t>(json::value(-7), false) == std::nullopt);
+    CHECK(integer<std::uint64_t>(json::value(18446744073709551615ull), false) ==
+          18446744073709551615ull);
+    CHECK(integer<std::int64_t>(json::value(18446744073709551615ull), false) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value("123"), false) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value("123"), true) == 123);
+    CHECK(integer<std::int64_t>(json::value("-5"), true) == -5);
+    CHECK(integer<std::uint64_t>(json::value("-5"), true) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value("12x"), true) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value(""), true) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value("99999999999999999999"), true) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value(1.5), true) == std::nullopt);
+    CHECK(integer<std::int64_t>(json::value(true), true) == std::nullopt);
 }
 
 TEST_CASE("etcd range_end_of: the prefix's end", "[etcd]") {
