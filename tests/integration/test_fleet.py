@@ -195,6 +195,16 @@ class SessionsTests(FleetCase):
             lambda: any(r.get("reason") == "session_killed" for r in closes()), 3, 0.05))
         self.assertTrue(all(r.get("instance") == "a" for r in closes()), closes())
         self.assertIsNotNone(self.metric("b", "cordon_kill_propagation_seconds_count"))
+        # What the dashboard's Fleet row and the alerts query of a fleet is served here
+        # (test_dashboards scrapes a cordon without `cluster`: FLEET_ONLY is checked here).
+        import test_dashboards as TD
+        _, _, raw = self.cordons["b"].admin_raw("GET", "/metrics")
+        samples, _ = TD.exposition(raw.decode())
+        used = set()
+        for _, expr in TD.dashboard_exprs(TD.load_dashboard()) + TD.alert_exprs():
+            used |= TD.promql_metric_names(expr) & TD.FLEET_ONLY
+        self.assertTrue(used, "the dashboard and alerts name no fleet metric")
+        self.assertEqual(used - samples, set(), "fleet metrics named by dashboards/ not served")
 
     def test_network_kill_on_a_cuts_every_instance_and_revive_lifts_it(self):
         s = self.cordons["b"].create_session("agent")
