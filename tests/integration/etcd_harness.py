@@ -182,12 +182,32 @@ def post(url, path, body, timeout=5):
         return json.loads(r.read().decode() or "{}")
 
 
-def cluster_yaml(endpoints, instance, prefix="/cordon/", **opts):
+def enable_auth(url, user, password, prefix):
+    """etcd's authentication on: a root user (etcd requires one), and `user` with read and
+    write on the keys under `prefix` only. From then on every call needs a token."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    root_password = "root-" + password
+    post(url, "/v3/auth/role/add", {"name": "root"})
+    post(url, "/v3/auth/user/add", {"name": "root", "password": root_password})
+    post(url, "/v3/auth/user/grant", {"user": "root", "role": "root"})
+    post(url, "/v3/auth/role/add", {"name": "cordon-rw"})
+    post(url, "/v3/auth/role/grant", {"name": "cordon-rw", "perm": {
+        "permType": "READWRITE", "key": b64(prefix), "range_end": b64(end)}})
+    post(url, "/v3/auth/user/add", {"name": user, "password": password})
+    post(url, "/v3/auth/user/grant", {"user": user, "role": "cordon-rw"})
+    post(url, "/v3/auth/enable", {})
+    return root_password
+
+
+def cluster_yaml(endpoints, instance, prefix="/cordon/", username=None, password_file=None,
+                 **opts):
     lines = ["cluster:",
              "  etcd:",
              "    endpoints: [" + ", ".join(endpoints) + "]",
-             f"    prefix: {prefix}",
-             f"  instance: {instance}"]
+             f"    prefix: {prefix}"]
+    if username is not None:
+        lines += [f"    username: {username}", f"    password_file: {password_file}"]
+    lines.append(f"  instance: {instance}")
     for k, v in opts.items():
         lines.append(f"  {k}: {v}")
     return "\n".join(lines) + "\n"

@@ -76,7 +76,8 @@ class FleetCase(unittest.TestCase):
             self.cordons[n] = self.make(n)
         for c in self.cordons.values():
             c.start(timeout=20)
-        self.wait_registry(len(self.names))
+        if self.names:
+            self.wait_registry(len(self.names))
 
     def tearDown(self):
         for c in self._conns:
@@ -353,6 +354,56 @@ class SessionsTests(FleetCase):
         for n in self.names:
             _, r = self.tunnel(n, s)
             self.assertEqual(r.status, 407, n)
+
+
+class AuthTests(FleetCase):
+    """etcd with authentication on: cordon logs in with cluster.etcd.username and
+    password_file (a user allowed the prefix only) for its writes, leases and the watch."""
+
+    names = ()
+
+    def setUp(self):
+        super().setUp()  # etcd, no cordon yet
+        self.secret_dir = H.TempDir("cordon-it-etcd-auth-")
+        self.addCleanup(self.secret_dir.cleanup)
+        self.password = "pw-" + os.urandom(8).hex()
+        E.enable_auth(self.etcd.url, "cordon", self.password, self.prefix)
+        for n in ("a", "b"):
+            self.cordons[n] = self.make_with_password(n, self.password)
+            self.cordons[n].start(timeout=20)
+
+    def make_with_password(self, name, password):
+        path = self.secret_dir.join(f"{name}.password")
+        with open(path, "w") as f:
+            f.write(password + "\n")
+        os.chmod(path, 0o600)
+        o = dict(self.cluster_opts)
+        extra = E.cluster_yaml(self.etcd.endpoints, name, self.prefix, username="cordon",
+                               password_file=path, **o)
+        return H.Cordon(jobs_yaml(), DNS.port, {"idle_timeout": "60s"}, extra_yaml=extra)
+
+    def test_sessions_and_kills_through_an_etcd_with_authentication(self):
+        self.wait_registry(2)
+        s = self.cordons["a"].create_session("agent")
+        on_a = self.open_tunnel("a", s)
+        self.open_tunnel("b", s)  # learnt by b's watch, which logged in too
+        st, js = self.post("b", f"/v1/sessions/{s['id']}/kill", {"reason": "t", "by": "tests"})
+        self.assertEqual(st, 200, js)
+        self.assertTrue(js["persisted"], js)
+        self.assertEqual(js["missing"], [], js)
+        self.assertTrue(self.closed_within(on_a, 1.0))
+        # Without the credentials etcd refuses cordon: it refuses to start, and says why.
+        wrong = self.make_with_password("x", "not-the-password")
+        try:
+            with self.assertRaises(H.CordonError) as e:
+                wrong.start(timeout=20)
+            self.assertIn("refusing to start", str(e.exception))
+            self.assertIn("authentication failed", str(e.exception))
+            self.assertNotIn("not-the-password", str(e.exception))
+        finally:
+            wrong.cleanup()
+        for c in self.cordons.values():
+            self.assertNotIn(self.password, c.stderr_text())
 
 
 class StoreFaultTests(FleetCase):
