@@ -288,7 +288,18 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         }
         note(client, q.q, v, static_cast<rcode>(out[3] & 0xF), cached, now);
         finish(q, out, over_udp);
+        tell_answered(client, q.q, v, out);
         return true;
+    }
+
+    // The addresses the client is given, as given (after truncation: a truncated answer
+    // gives none), for the proxy's SOCKS5 address targets.
+    void tell_answered(const config::ip_address& client, const question& q, const verdict& v,
+                       std::span<const std::uint8_t> answer) {
+        if (v.allow && !v.job.empty() && (q.qtype == type_a || q.qtype == type_aaaa) &&
+            answer.size() > header_size) {
+            hook.answered(client, q, v, answer);
+        }
     }
 
     static void finish(const query& q, std::vector<std::uint8_t>& answer, bool over_udp) {
@@ -361,6 +372,7 @@ struct server::impl : std::enable_shared_from_this<server::impl> {
         }
         note(client, q.q, v, rc, false);
         finish(q, answer, over_udp);
+        tell_answered(client, q.q, v, answer);
         co_return answer;
     }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -50,6 +51,15 @@ public:
     /// written, asked since it was (the server coalesces floods, see dns/repeats.hpp).
     virtual void audit(const config::ip_address& client, const question& q, const verdict& v,
                        rcode rc, bool cached, std::uint64_t repeats) = 0;
+    /// An allowed query's answer as it goes to the client (A or AAAA questions only): the
+    /// daemon remembers its addresses for the name (answered.hpp). Default: nothing.
+    virtual void answered(const config::ip_address& client, const question& q, const verdict& v,
+                          std::span<const std::uint8_t> answer) {
+        (void)client;
+        (void)q;
+        (void)v;
+        (void)answer;
+    }
     /// A query dropped by the rate limit (of its session, or of its address).
     virtual void rate_limited(const config::ip_address& client) = 0;
     /// A DNS-over-TCP connection closed at once because the listener or the client had as

@@ -145,6 +145,17 @@ void dns_hook::audit(const config::ip_address& client, const dns::question& q,
     rt_.audit(std::move(r));
 }
 
+void dns_hook::answered(const config::ip_address&, const dns::question& q, const dns::verdict& v,
+                        std::span<const std::uint8_t> answer) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const dns::answered_address& a : dns::answer_addresses(answer)) {
+        if (a.ttl > 0) {
+            rt_.answered.remember(a.address, q.name, v.job, v.session,
+                                  now + std::chrono::seconds(a.ttl));
+        }
+    }
+}
+
 void dns_hook::rate_limited(const config::ip_address&) { rt_.stats.count_dns_rate_limited(); }
 
 void dns_hook::tcp_refused(const config::ip_address&) { rt_.stats.count_dns_tcp_refused(); }

@@ -17,6 +17,9 @@ public:
                std::uint64_t n) override;
     void audit(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
                dns::rcode rc, bool cached, std::uint64_t repeats) override;
+    /// Remembers the answer's addresses for the name (runtime::answered), until their TTL.
+    void answered(const config::ip_address& client, const dns::question& q, const dns::verdict& v,
+                  std::span<const std::uint8_t> answer) override;
     void rate_limited(const config::ip_address& client) override;
     void tcp_refused(const config::ip_address& client) override;
 

@@ -15,6 +15,7 @@
 #include "common/asio.hpp"
 #include "common/time.hpp"
 #include "config/decide.hpp"
+#include "dns/answered.hpp"
 #include "proxy/alerts/denial_table.hpp"
 #include "proxy/alerts/metrics.hpp"
 #include "proxy/alerts/webhook.hpp"
@@ -124,6 +125,10 @@ public:
     /// The MCP tool definitions each session has seen (docs/mcp.md "Pinning"); every worker
     /// shares them; a session's go with its usage (forget_usage).
     mcp::pin_store mcp_pins;
+    /// The names cordon's resolver answered with each address, per job and session, within
+    /// their TTL (dns/answered.hpp): a SOCKS5 address target is decided as such a name.
+    /// Written by the DNS threads, read by the workers (it locks).
+    dns::answered_names answered;
     /// The alert webhook (alerts.webhook); set by the daemon before the workers start.
     std::unique_ptr<alerts::denial_notifier> notifier;
     /// The workers and the connections open on them (proxy/control/connections.hpp).

@@ -383,7 +383,8 @@ awaitable<client_conn::hello_wait> client_conn::await_first_bytes(
 }
 
 awaitable<void> client_conn::handle_connect(request_state& st, const std::string& target_text,
-                                            beast::flat_buffer& buffer) {
+                                            beast::flat_buffer& buffer,
+                                            std::span<const std::string> answered) {
     st.log.target = target_text;
     kind = request_kind::connect;
     const config::target_result parsed = config::parse_connect_target(target_text);
@@ -402,7 +403,40 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
     args.host = host;
     args.port = port;
     args.kind = request_kind::connect;
-    decide_request(args, *policy, st);
+    if (!answered.empty() && st.target.literal) {
+        // A SOCKS5 address cordon's resolver gave this session for a name, within its TTL:
+        // decided as that name (the first the job allows), the address dialled as its answer.
+        // None allowed: decided as the IP literal below, and refused with the name's reason
+        // if that refuses too.
+        config::decide_args nargs = args;
+        config::moded_decision by_name;
+        for (const std::string& name : answered) {
+            nargs.host = name;
+            by_name = config::decide_with_mode(nargs, *policy);
+            if (by_name.effective.allowed()) {
+                break;
+            }
+        }
+        if (by_name.effective.allowed()) {
+            const config::ip_address a = *st.target.literal;
+            st.target = make_target(nargs.host, port,
+                                    std::string(nargs.host) + ":" + std::to_string(port));
+            st.target.literal = a;
+            st.target.pinned = true;
+            st.log.target = st.target.text;
+            host = st.target.host;
+            st.decision = by_name.effective;
+            st.log.would_deny = by_name.would_deny;
+        } else {
+            decide_request(args, *policy, st);
+            if (!st.decision.allowed()) {
+                co_await deny(st, 403, by_name.effective.reason);
+                co_return;
+            }
+        }
+    } else {
+        decide_request(args, *policy, st);
+    }
     if (!st.decision.allowed()) {
         co_await deny(st, 403, st.decision.reason);
         co_return;

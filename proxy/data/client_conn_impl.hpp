@@ -132,8 +132,12 @@ private:
     awaitable<bool> socks_answer(std::span<const std::uint8_t> bytes);
 
     // The CONNECT path (client_conn.cpp).
+    /// `answered`: for a SOCKS5 address target, the names cordon's resolver answered with
+    /// that address to this session (latest first): the request is decided as the first of
+    /// them the job allows, else as the IP literal.
     awaitable<void> handle_connect(request_state& st, const std::string& target_text,
-                                   beast::flat_buffer& buffer);
+                                   beast::flat_buffer& buffer,
+                                   std::span<const std::string> answered = {});
     /// How the wait for the ClientHello ended.
     enum class hello_wait : std::uint8_t {
         match,     ///< it names the CONNECT host

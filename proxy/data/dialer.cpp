@@ -96,6 +96,9 @@ awaitable<dial_result> upstream_dialer::dial(const upstream_target& t,
     std::vector<config::ip_address> addresses;
     if (t.literal) {
         addresses = {*t.literal};
+        if (t.pinned) {
+            r.resolved = t.literal->to_string();
+        }
     } else {
         dns::resolve_result found = co_await resolver_.resolve(t.name);
         if (aborted()) {
@@ -115,7 +118,7 @@ awaitable<dial_result> upstream_dialer::dial(const upstream_target& t,
         r.resolved = joined(addresses);
     }
     // Phase: classify.
-    r.reason = classify(allowed, t.literal.has_value(), addresses, self_, t.port);
+    r.reason = classify(allowed, t.literal && !t.pinned, addresses, self_, t.port);
     if (r.reason != config::deny_reason::none) {
         r.status = dial_status::denied;
         co_return r;

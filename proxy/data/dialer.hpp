@@ -28,6 +28,10 @@ struct upstream_target {
     std::uint16_t port = 0;
     std::optional<config::ip_address> literal;  ///< the address, when `host` is an IP literal
     std::string text;                           ///< "host:port" as logs and answer bodies show it
+    /// A SOCKS5 address target decided as the name cordon's resolver answered with it
+    /// (dns/answered.hpp): `host` and `name` are that name, `literal` the address, dialled
+    /// instead of resolving the name again and classified as the name's answer (resolves_to).
+    bool pinned = false;
 
     /// "name:port": the identity of a kept-alive upstream connection.
     std::string key() const { return name + ":" + std::to_string(port); }

@@ -172,7 +172,15 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
     // The CONNECT path, as for `CONNECT host:port`: the same decision, checks, kills,
     // records and relay.
     const std::string target_text = st.log.target;
-    co_await handle_connect(st, target_text, buffer);
+    std::vector<std::string> answered;
+    if (!r.name) {
+        // An address: the names cordon's resolver answered with it to this session (or,
+        // for a client known by its address, to its job), within their TTL.
+        if (const auto a = config::parse_ip(r.host)) {
+            answered = rt_.answered.lookup(*a, job, session, std::chrono::steady_clock::now());
+        }
+    }
+    co_await handle_connect(st, target_text, buffer, answered);
 }
 
 }  // namespace cordon::proxy::data

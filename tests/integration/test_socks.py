@@ -505,6 +505,157 @@ class SocksRefusalTests(SocksTestCase):
         self.assertTrue(self.events("conn.deny", lambda e: e.get("reason") == "kill_switch"))
 
 
+def dns_ask(addr, name, session=None, source="127.0.0.1"):
+    """One A query to cordon's resolver over UDP, with the session option (EDNS 65001,
+    "id:token", as the shim's relay adds it) when `session` is given; returns the A records'
+    addresses."""
+    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    opt = b""
+    if session:
+        data = f"{session['id']}:{session['token']}".encode()
+        opt = b"\0" + struct.pack(">HHIH", 41, 1232, 0, 4 + len(data)) + \
+            struct.pack(">HH", 65001, len(data)) + data
+    q = struct.pack(">HHHHHH", 0x4242, 0x0100, 1, 0, 0, 1 if opt else 0) + qname + \
+        struct.pack(">HH", 1, 1) + opt
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    try:
+        s.bind((source, 0))
+        s.sendto(q, addr)
+        m = s.recv(4096)
+    finally:
+        s.close()
+    ancount = struct.unpack(">H", m[6:8])[0]
+    i = 12 + len(qname) + 4
+    out = []
+    for _ in range(ancount):
+        i += 2 if m[i] & 0xC0 == 0xC0 else len(qname)  # cordon names the question by pointer
+        rtype, _, _, rdlen = struct.unpack(">HHIH", m[i:i + 10])
+        i += 10
+        if rtype == 1:
+            out.append(socket.inet_ntoa(m[i:i + rdlen]))
+        i += rdlen
+    return out
+
+
+class SocksAddressTargetTests(SocksTestCase):
+    """An address target (ATYP 1) is an IP literal (cidr rules only), except an address
+    cordon's own resolver answered, within its TTL, to this session for a name its job
+    allows: decided as that name. What an agent would try around it: an address it looked up
+    elsewhere, one whose TTL ran out, one answered to another session or job, and a name
+    whose answer is an address its rule does not allow."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dns = H.FakeDNS({"*.addr.test": {"A": ["127.0.0.1"]},
+                             "*.pub.test": {"A": ["127.0.0.1"]}})
+        jobs = (
+            "  web:\n"
+            "    task: SOCKS5 address targets\n"
+            "    egress:\n"
+            f"      - {{ host: \"*.addr.test\", ports: [{ECHO.port}], protocol: tcp, "
+            f"resolves_to: [127.0.0.0/8] }}\n"
+            f"      - {{ host: \"*.pub.test\", ports: [{ECHO.port}], protocol: tcp }}\n"
+            "    identity: { ttl: 30m }\n"
+            "  src:\n"
+            "    task: clients known by their address\n"
+            "    egress:\n"
+            f"      - {{ host: \"*.addr.test\", ports: [{ECHO.port}], protocol: tcp, "
+            f"resolves_to: [127.0.0.0/8] }}\n"
+            "    sources: [127.0.0.2/32]\n"
+            "    identity: { ttl: 30m }\n")
+        cls.cordon = H.Cordon(jobs, cls.dns.port, cls.proxy_opts, listen_socks="127.0.0.1:0",
+                              listen_dns="127.0.0.1:0")
+        try:
+            cls.cordon.start()
+        except BaseException:
+            cls.cordon.cleanup()
+            cls.dns.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.dns.stop()
+
+    def fresh(self, zone="addr.test"):
+        return f"n{uuid.uuid4().hex[:10]}.{zone}"
+
+    def by_address(self, session=None, source=None, port=None):
+        """A SOCKS5 CONNECT to 127.0.0.1 (ATYP 1) on the echo port: the reply code, and
+        whether the echo came back through it."""
+        c = Socks(self.cordon.socks_addr, source=source)
+        try:
+            if session is None:
+                self.assertEqual(c.greet([0]), b"\x05\x00")
+                code = c.request("127.0.0.1", port or ECHO.port)[1]
+            else:
+                code = c.connect(session, "127.0.0.1", port or ECHO.port)
+            if code != 0:
+                return code, False
+            c.send(b"addr")
+            return code, c.recv_exact(4) == b"addr"
+        finally:
+            c.close()
+
+    def deny_of(self, target):
+        return self.events("conn.deny", lambda e: e.get("target") == target)[0]
+
+    def test_an_address_answered_to_this_session_is_decided_as_the_name(self):
+        name = self.fresh()
+        self.assertEqual(dns_ask(self.cordon.dns_addr, name, self.session), ["127.0.0.1"])
+        self.assertEqual(self.by_address(self.session), (0, True))
+        o = self.events("conn.open", lambda e: e.get("target") == f"{name}:{ECHO.port}")[0]
+        self.assertEqual(o["ip"], "127.0.0.1")
+        self.assertEqual(o["via"], "socks5")
+        # The name's rule, with its ports: the same address on another port is refused.
+        self.assertEqual(self.by_address(self.session, port=HTTP.port)[0], 2)
+        self.assertEqual(self.deny_of(f"127.0.0.1:{HTTP.port}")["reason"], "port")
+
+    def test_an_address_cordon_never_answered_is_an_ip_literal(self):
+        # The agent resolved the name itself (or guessed the address): an IP literal, which
+        # no cidr rule names (a loopback one: private_address).
+        self.assertEqual(self.by_address(self.session)[0], 2)
+        self.assertEqual(self.deny_of(f"127.0.0.1:{ECHO.port}")["reason"], "private_address")
+
+    def test_an_expired_answer_names_nothing(self):
+        name = self.fresh()
+        self.dns.ttl = 1
+        try:
+            self.assertEqual(dns_ask(self.cordon.dns_addr, name, self.session), ["127.0.0.1"])
+        finally:
+            self.dns.ttl = 30
+        time.sleep(2.2)
+        self.assertEqual(self.by_address(self.session)[0], 2)
+        self.assertEqual(self.deny_of(f"127.0.0.1:{ECHO.port}")["reason"], "private_address")
+
+    def test_an_answer_to_another_session_names_nothing(self):
+        other = self.cordon.create_session("web")
+        dns_ask(self.cordon.dns_addr, self.fresh(), other)
+        self.assertEqual(self.by_address(self.session)[0], 2)
+        # ... and it names the address for the session it was answered to.
+        self.assertEqual(self.by_address(other), (0, True))
+
+    def test_an_answer_to_another_job_names_nothing(self):
+        # Asked from the src job's address (sources): answered to that job, no session.
+        self.assertEqual(dns_ask(self.cordon.dns_addr, self.fresh(), source="127.0.0.2"),
+                         ["127.0.0.1"])
+        self.assertEqual(self.by_address(self.session)[0], 2)
+        # The src client (no credentials, known by its address) has it.
+        self.assertEqual(self.by_address(source="127.0.0.2"), (0, True))
+
+    def test_the_names_rule_still_classifies_the_address(self):
+        # *.pub.test has no resolves_to: its name answered with a loopback address is
+        # refused as CONNECT to the name would be.
+        name = self.fresh("pub.test")
+        dns_ask(self.cordon.dns_addr, name, self.session)
+        self.assertEqual(self.by_address(self.session)[0], 2)
+        d = self.events("conn.deny", lambda e: e.get("target") == f"{name}:{ECHO.port}")[0]
+        self.assertEqual(d["reason"], "private_address")
+
+
 class SshRuleTests(SocksTestCase):
     """`protocol: ssh`: the client's first line must be SSH's."""
 

@@ -184,6 +184,27 @@ TEST_CASE("dialer: an IP literal is not resolved", "[dialer]") {
     CHECK(h.con.tried == std::vector<std::string>{"198.51.100.9:8080"});
 }
 
+TEST_CASE("dialer: a pinned address (SOCKS5, answered for the name) is its name's answer",
+          "[dialer]") {
+    harness h;
+    upstream_target t = make_target("api.test", 443, "api.test:443");
+    t.literal = ip("93.184.216.34");
+    t.pinned = true;
+    dial_result r = h.dial(t);
+    REQUIRE(r.status == dial_status::connected);
+    CHECK(h.res.asked.empty());  // not resolved again: the address cordon answered is dialled
+    CHECK(r.resolved == "93.184.216.34");
+    CHECK(h.con.tried == std::vector<std::string>{"93.184.216.34:443"});
+    // Classified as a name's answer, not as a literal the decision allowed: a private
+    // address needs the rule's resolves_to.
+    t.literal = ip("10.1.2.3");
+    h.con.tried.clear();
+    r = h.dial(t);
+    CHECK(r.status == dial_status::denied);
+    CHECK(r.reason == deny_reason::private_address);
+    CHECK(h.con.tried.empty());
+}
+
 TEST_CASE("dialer: refusals and failures, named", "[dialer]") {
     harness h;
     SECTION("DNS failure: 502 with the resolver's reason") {
