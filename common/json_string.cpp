@@ -65,6 +65,12 @@ void append_impl(std::string& out, std::string_view s) {
             continue;
         }
         const auto c = static_cast<unsigned char>(s[0]);
+        if (c == '"' || c == '\\') {  // the usual stop (JSON text written as a string): no decoding
+            out.push_back('\\');
+            out.push_back(static_cast<char>(c));
+            s.remove_prefix(1);
+            continue;
+        }
         const utf8::sequence q = utf8::next(s);
         if (!q.valid) {
             out.append(Ascii ? "\\ufffd" : "\xef\xbf\xbd");  // U+FFFD
@@ -86,10 +92,6 @@ void append_impl(std::string& out, std::string_view s) {
             out.append(cp == 0x2028 ? "\\u2028" : "\\u2029");
         } else if (q.length > 1) {
             out.append(s.substr(0, q.length));
-        } else if (c == '"') {
-            out.append("\\\"");
-        } else if (c == '\\') {
-            out.append("\\\\");
         } else if (c == '\n') {
             out.append("\\n");
         } else if (c == '\r') {

@@ -240,6 +240,10 @@ audit_record& audit_record::add_redacted(std::string_view key, std::string_view 
         common::append_json_string(body_, value.empty() ? std::string_view{} : redacted);
         return end_field(at);
     }
+    if (value.size() <= max_string_bytes) {
+        common::append_json_string(body_, value);
+        return end_field(at);
+    }
     std::string clean(value);
     truncate_value(clean, max_string_bytes);
     common::append_json_string(body_, clean);

@@ -248,28 +248,31 @@ std::size_t drop_fields(std::string& head, std::initializer_list<std::string_vie
     return dropped;
 }
 
+bool value_is_only(std::string_view v, std::string_view token) noexcept {
+    while (true) {
+        const std::size_t comma = v.find(',');
+        std::string_view item = v.substr(0, comma);
+        while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) {
+            item.remove_prefix(1);
+        }
+        while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) {
+            item.remove_suffix(1);
+        }
+        if (!item.empty() && !ascii_iequals(item, token)) {
+            return false;
+        }
+        if (comma == std::string_view::npos) {
+            return true;
+        }
+        v.remove_prefix(comma + 1);
+    }
+}
+
 bool field_is_only(std::string_view fields, std::string_view name, std::string_view token) {
     bool only = true;
     for_each_field(fields, [&](std::string_view n, std::string_view v) {
-        if (!ascii_iequals(n, name)) {
-            return;
-        }
-        while (only) {
-            const std::size_t comma = v.find(',');
-            std::string_view item = v.substr(0, comma);
-            while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) {
-                item.remove_prefix(1);
-            }
-            while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) {
-                item.remove_suffix(1);
-            }
-            if (!item.empty() && !ascii_iequals(item, token)) {
-                only = false;
-            }
-            if (comma == std::string_view::npos) {
-                break;
-            }
-            v.remove_prefix(comma + 1);
+        if (only && ascii_iequals(n, name)) {
+            only = value_is_only(v, token);
         }
     });
     return only;

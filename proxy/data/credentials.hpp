@@ -123,6 +123,8 @@ std::size_t drop_fields(std::string& head, std::initializer_list<std::string_vie
 /// around an item ignored, ASCII case-insensitive), or there is none: every one is read,
 /// since a client joins repeated fields ("identity" then "gzip" is "identity, gzip").
 bool field_is_only(std::string_view fields, std::string_view name, std::string_view token);
+/// The same test on one field's value.
+bool value_is_only(std::string_view value, std::string_view token) noexcept;
 
 /// Replaces every occurrence of `from` in `s` by `to`; returns how many.
 std::size_t replace_all(std::string& s, std::string_view from, std::string_view to);

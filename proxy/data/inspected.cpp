@@ -317,15 +317,19 @@ awaitable<void> client_conn::serve_inspected(
             f.out_head.append(std::to_string(*cl));
             f.out_head.append("\r\n");
         }
-        if (!hv.placeholder.empty() || mcp_rule != nullptr) {
+        if (mcp_rule != nullptr && has_body) {
+            // The answer must be readable to be filtered (no compression, on the body or on
+            // WebSocket frames), and the body read whole goes with its length: one pass.
+            drop_fields(f.out_head, {"accept-encoding", "sec-websocket-extensions",
+                                     "transfer-encoding", "content-length"});
+            f.out_head.append("Accept-Encoding: identity\r\n");
+        } else if (!hv.placeholder.empty() || mcp_rule != nullptr) {
             // The answer must be readable to be redacted or filtered: no compression, on the
             // body or on WebSocket frames.
             drop_fields(f.out_head, {"accept-encoding", "sec-websocket-extensions"});
             f.out_head.append("Accept-Encoding: identity\r\n");
         }
         if (mcp_rule != nullptr && has_body) {
-            // The body read whole goes with its length.
-            drop_fields(f.out_head, {"transfer-encoding", "content-length"});
             f.out_head.append("Content-Length: ");
             f.out_head.append(std::to_string(mcp_body.size()));
             f.out_head.append("\r\n");

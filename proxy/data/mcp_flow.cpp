@@ -12,30 +12,26 @@ namespace cordon::proxy::data {
 
 using config::deny_reason;
 
-std::string_view first_field_value(std::string_view lines, std::string_view name) noexcept {
-    std::string_view found;
-    bool seen = false;
-    for_each_field(lines, [&](std::string_view n, std::string_view v) {
-        if (!seen && ascii_iequals(n, name)) {
-            found = v;
-            seen = true;
-        }
-    });
-    while (!found.empty() && (found.front() == ' ' || found.front() == '\t')) {
-        found.remove_prefix(1);
-    }
-    while (!found.empty() && (found.back() == ' ' || found.back() == '\t')) {
-        found.remove_suffix(1);
-    }
-    return found;
-}
-
 mcp_answer_mode mcp_mode_of(const response_reader& rp, std::string_view& why) {
     if (rp.is_done()) {
         return mcp_answer_mode::pass;  // no body: 202 Accepted to a notification, HEAD, 204
     }
-    const std::string_view lines = rp.field_lines();
-    const std::string_view type = first_field_value(lines, "content-type");
+    // One pass over the fields: the first Content-Type, and whether every Content-Encoding
+    // and Transfer-Encoding (each is read: a repeated field is one list) names only what
+    // cordon reads.
+    std::string_view type;
+    bool typed = false;
+    bool readable = true;
+    for_each_field(rp.field_lines(), [&](std::string_view n, std::string_view v) {
+        if (!typed && ascii_iequals(n, "content-type")) {
+            type = v;
+            typed = true;
+        } else if (readable && ascii_iequals(n, "content-encoding")) {
+            readable = value_is_only(v, "identity");
+        } else if (readable && ascii_iequals(n, "transfer-encoding")) {
+            readable = value_is_only(v, "chunked");
+        }
+    });
     const bool events = mcp::is_event_stream_type(type);
     const bool json = !events && mcp::is_json_type(type);
     if ((events || json) && !mcp::utf8_charset(type)) {
@@ -51,10 +47,7 @@ mcp_answer_mode mcp_mode_of(const response_reader& rp, std::string_view& why) {
         }
         return mcp_answer_mode::pass;  // an error page
     }
-    // Bytes cordon cannot read cannot be filtered: every field is read (a repeated field is
-    // one list).
-    if (!field_is_only(lines, "content-encoding", "identity") ||
-        !field_is_only(lines, "transfer-encoding", "chunked")) {
+    if (!readable) {  // bytes cordon cannot read cannot be filtered
         why = "the MCP server answered with an encoded body (Content-Encoding or "
               "Transfer-Encoding) cordon cannot read: not passed on";
         return mcp_answer_mode::refused;

@@ -80,10 +80,6 @@ awaitable<whole_end> read_whole_body(From& from, beast::flat_buffer& fb, Parser&
     }
 }
 
-/// The value of the first field `name` among `lines` (a head's field lines), blanks cut;
-/// "" when there is none.
-std::string_view first_field_value(std::string_view lines, std::string_view name) noexcept;
-
 /// How an answer on an MCP rule is carried.
 enum class mcp_answer_mode {
     pass,     ///< no body cordon reads (no body, or an error status): as any answer

@@ -103,6 +103,11 @@ private:
 // (Go's encoding/json: ASCII case, and U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN,
 // which fold to 's' and 'k'): the one of `names` it folds to but does not equal, or "".
 std::string_view folds_to(std::string_view key, std::initializer_list<std::string_view> names) {
+    for (const std::string_view name : names) {
+        if (key == name) {
+            return {};  // the usual case: the name itself
+        }
+    }
     std::array<char, 16> folded{};
     std::size_t n = 0;
     for (std::size_t i = 0; i < key.size(); ++i) {
