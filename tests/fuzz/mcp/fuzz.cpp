@@ -1,6 +1,7 @@
 // Fuzzes MCP's readers of hostile bytes (proxy/mcp/): the first byte picks one.
 //   0: a client's POST body (parse_request_body). Checked: every tools/call parsed names a
-//      tool; its id, when present, is JSON text that parses back; refusal_answer is JSON.
+//      tool; its id, when present, is JSON text that parses back; its arguments are JSON text
+//      that a second redaction leaves as it is; refusal_answer is JSON.
 //   1: a server's message (filter_server_message) against the rule `tools: [search]`.
 //      Checked: a rewritten message is JSON and lists no tool but search in any tools array.
 //   2: an event stream (sse_filter), its bytes fed whole and then cut at a point the next two
@@ -15,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "proxy/audit/tool_event.hpp"
 #include "proxy/mcp/jsonrpc.hpp"
 #include "proxy/mcp/sse.hpp"
 #include "proxy/mcp/tools.hpp"
@@ -105,6 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 check(!m.is_call() || !m.tool.empty(), "a call names its tool");
                 check(!m.has_id() || parses(m.id), "an id is JSON text");
                 check(m.arguments.empty() || parses(m.arguments), "arguments are JSON text");
+                // Redacted as read: redacting the text again changes nothing.
+                check(m.arguments.empty() ||
+                          cordon::proxy::audit::redact_tool_arguments(m.arguments) == m.arguments,
+                      "arguments are redacted once and for all");
                 verdicts[i].reason = cordon::config::deny_reason::mcp_tool;
             }
             check(parses(refusal_answer(body, verdicts, "job")), "the refusal is JSON");
