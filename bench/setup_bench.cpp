@@ -5,6 +5,9 @@
 //       sink's 8-byte reply, close. Direct (no --proxy): connect to the sink, request, reply,
 //       close, to show the client and sink are not the bottleneck. --relay HOST:PORT: the same
 //       exchange through a plain TCP relay (no CONNECT) that forwards to the sink.
+//       --socks5 yes: the SOCKS5 handshake instead of CONNECT (greeting, RFC 1929 credentials
+//       when --auth, CONNECT to the target's name, all sent at once), the proxy's answers
+//       (method, credentials, request reply 0) read before the 8-byte request.
 //   setup_bench deny --proxy HOST:PORT --target NAME:PORT
 //       each operation: connect, CONNECT to a target the proxy must refuse, read the answer
 //       head (403/407/other 4xx counted as a denial), close.
@@ -12,6 +15,10 @@
 //   setup_bench https-get|https-setup ...: through TLS, see setup_bench_https.cpp.
 //
 //   common: --concurrency 64 --count 20000 --seconds 5
+//   --no-time-wait yes: the sink closes right after its reply and the client closes with a
+//       reset (SO_LINGER 0), so no side that picks an ephemeral port is left in TIME_WAIT:
+//       tens of thousands of setups a minute would otherwise use up the ports (a proxy that
+//       binds its upstream sockets, as dante does, then fails; bench/socks_bench).
 // Prints one line: "<ops> <seconds> <ops/s> <errors>". Stops starting operations at --count
 // or --seconds, whichever comes first, then waits for those in flight (hard deadline 30 s
 // past --seconds). The sink runs on its own thread with its own epoll loop on 127.0.0.1.
@@ -63,7 +70,7 @@ constexpr std::size_t msg_len = 8;
 }
 
 // The sink: accepts, answers the reply once it has the request's 8 bytes, closes on EOF.
-void run_sink(int lfd, const std::atomic<bool>& stop) {
+void run_sink(int lfd, const std::atomic<bool>& stop, bool close_after_reply) {
     const int ep = ::epoll_create1(EPOLL_CLOEXEC);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -101,6 +108,9 @@ void run_sink(int lfd, const std::atomic<bool>& stop) {
                 g += static_cast<unsigned>(r);
                 if (!before && g >= msg_len) {
                     ::send(fd, reply, msg_len, MSG_NOSIGNAL);
+                    if (close_after_reply) {
+                        ::close(fd);  // the sink closes first: its listening port's TIME_WAIT
+                    }
                 }
                 continue;
             }
@@ -113,7 +123,32 @@ void run_sink(int lfd, const std::atomic<bool>& stop) {
     ::close(ep);
 }
 
-enum class State { connecting, head, awaiting_reply };
+enum class State { connecting, head, socks_answer, awaiting_reply };
+
+// Greeting, credentials (when `auth` is "user:password") and a CONNECT request to
+// `target` ("name:port"), as one write: a client that does not wait between messages.
+std::string socks5_handshake(const std::string& target, const std::string& auth) {
+    std::string g = auth.empty() ? std::string("\x05\x01\x00", 3) : std::string("\x05\x01\x02", 3);
+    if (!auth.empty()) {
+        const auto colon = auth.find(':');
+        const std::string u = auth.substr(0, colon);
+        const std::string p = auth.substr(colon + 1);
+        g += '\x01';
+        g += static_cast<char>(u.size());
+        g += u;
+        g += static_cast<char>(p.size());
+        g += p;
+    }
+    const auto colon = target.rfind(':');
+    const std::string host = target.substr(0, colon);
+    const int port = std::stoi(target.substr(colon + 1));
+    g += std::string("\x05\x01\x00\x03", 4);
+    g += static_cast<char>(host.size());
+    g += host;
+    g += static_cast<char>(port >> 8);
+    g += static_cast<char>(port & 0xff);
+    return g;
+}
 
 struct Conn {
     int fd = -1;
@@ -151,6 +186,7 @@ int main(int argc, char** argv) {
     const long count = std::stol(arg(argc, argv, "--count", "20000"));
     const double seconds = std::stod(arg(argc, argv, "--seconds", "5"));
     const std::string auth = arg(argc, argv, "--auth");
+    const bool no_time_wait = arg(argc, argv, "--no-time-wait", "no") != "no";
 
     std::atomic<bool> stop{false};
     std::thread sink;
@@ -170,7 +206,7 @@ int main(int argc, char** argv) {
         socklen_t len = sizeof a;
         ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
         sink_port = ntohs(a.sin_port);
-        sink = std::thread(run_sink, lfd, std::cref(stop));
+        sink = std::thread(run_sink, lfd, std::cref(stop), no_time_wait);
     }
     const std::string target = arg(argc, argv, "--target",
                                    "localhost:" + std::to_string(sink_port));
@@ -180,6 +216,12 @@ int main(int argc, char** argv) {
                        "\r\n";
     }
     connect_req += "\r\n";
+    const bool socks = arg(argc, argv, "--socks5", "no") != "no";
+    if (socks) {
+        connect_req = socks5_handshake(target, auth);
+    }
+    // The SOCKS5 answers: method (2), credentials (2, when sent), request reply (10, IPv4).
+    const std::size_t socks_answer_len = 2 + (auth.empty() ? 0 : 2) + 10;
     // --relay: a plain TCP relay (no CONNECT) in front of the sink, e.g. haproxy in TCP mode.
     const std::string relay = arg(argc, argv, "--relay");
     const sockaddr_in dest = !relay.empty()  ? addr_of(relay)
@@ -219,6 +261,10 @@ int main(int argc, char** argv) {
     };
     auto finish = [&](std::size_t slot, bool ok) {
         Conn& c = conns[slot];
+        if (no_time_wait) {
+            const linger reset{1, 0};
+            ::setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        }
         ::close(c.fd);
         c.fd = -1;
         --in_flight;
@@ -260,7 +306,9 @@ int main(int argc, char** argv) {
                     finish(slot, false);
                     continue;
                 }
-                c.state = proxy.empty() ? State::awaiting_reply : State::head;
+                c.state = proxy.empty() ? State::awaiting_reply
+                          : socks       ? State::socks_answer
+                                        : State::head;
                 epoll_event ev{};
                 ev.events = EPOLLIN;
                 ev.data.u64 = slot;
@@ -276,6 +324,26 @@ int main(int argc, char** argv) {
                 continue;
             }
             c.in.append(buf, static_cast<std::size_t>(r));
+            if (c.state == State::socks_answer) {
+                if (c.in.size() < socks_answer_len) {
+                    continue;
+                }
+                // The reply code is the request answer's second byte.
+                if (c.in[0] != 5 || c.in[socks_answer_len - 9] != 0) {
+                    finish(slot, deny);
+                    continue;
+                }
+                if (deny) {
+                    finish(slot, false);
+                    continue;
+                }
+                c.in.erase(0, socks_answer_len);
+                c.state = State::awaiting_reply;
+                if (!send_all(c.fd, request, msg_len)) {
+                    finish(slot, false);
+                    continue;
+                }
+            }
             if (c.state == State::head) {
                 const auto end = c.in.find("\r\n\r\n");
                 if (end == std::string::npos) {
