@@ -78,15 +78,15 @@ void client_conn::abort(tcp::socket& s) {
 }
 
 void client_conn::relay_done(const relay_result& r) {
-    request_state& st = *tunnel_st_;
-    st.log.bytes_up += r.bytes_up;
-    st.log.bytes_down += r.bytes_down;
-    st.counted_up += r.bytes_up;
-    st.counted_down += r.bytes_down;
+    tunnel_state& t = *tunnel_st_;
+    t.log.bytes_up += r.bytes_up;
+    t.log.bytes_down += r.bytes_down;
+    t.counted_up += r.bytes_up;
+    t.counted_down += r.bytes_down;
     error_code ignored;
     client_.socket().close(ignored);
     upstream_.socket().close(ignored);
-    log_close(st, close_reason(r));
+    log_close(t.log, t.counted_up, t.counted_down, close_reason(r));
 }
 
 // Metrics of an allowed request once it is connected upstream: counted, and gauged as an
@@ -119,11 +119,12 @@ void client_conn::log_open(request_state& st) {
     }
 }
 
-void client_conn::log_close(request_state& st, std::string_view reason) {
-    st.log.close(reason);
+void client_conn::log_close(request_log& log, std::uint64_t counted_up, std::uint64_t counted_down,
+                            std::string_view reason) {
+    log.close(reason);
     alerts::job_metrics& m = tunnel_metrics_ != nullptr ? *tunnel_metrics_ : rt_.stats.job(job);
-    m.count_bytes(true, st.log.bytes_up - std::min(st.counted_up, st.log.bytes_up));
-    m.count_bytes(false, st.log.bytes_down - std::min(st.counted_down, st.log.bytes_down));
+    m.count_bytes(true, log.bytes_up - std::min(counted_up, log.bytes_up));
+    m.count_bytes(false, log.bytes_down - std::min(counted_down, log.bytes_down));
     end_tunnel();
 }
 
@@ -564,9 +565,8 @@ void client_conn::start_relay(request_state&& st, relay_hooks hooks) {
     tunnel_st_.emplace(std::move(st));
     // A tunnel made from an HTTP connection (a 101 upgrade, or CONNECT after forwarded
     // requests) keeps none of HTTP forwarding's state while it relays: not the 16 KiB window
-    // and heads, not their pinned policy snapshot, not the upstream read buffer. The rule
-    // pointer may belong to that snapshot and is not used from here on.
-    tunnel_st_->decision.rule = nullptr;
+    // and heads, not their pinned policy snapshot, not the upstream read buffer (nor the
+    // request's target and decision: tunnel_state).
     fwd_.reset();
     upstream_buffer_.consume(upstream_buffer_.size());
     upstream_buffer_.shrink_to_fit();

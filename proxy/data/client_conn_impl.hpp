@@ -87,7 +87,11 @@ private:
     void begin_tunnel(const request_state& st);
     void end_tunnel();
     void log_open(request_state& st);
-    void log_close(request_state& st, std::string_view reason);
+    void log_close(request_state& st, std::string_view reason) {
+        log_close(st.log, st.counted_up, st.counted_down, reason);
+    }
+    void log_close(request_log& log, std::uint64_t counted_up, std::uint64_t counted_down,
+                   std::string_view reason);
     std::string_view kind_name() const {
         return kind == config::request_kind::connect ? "connect" : "http";
     }
@@ -294,7 +298,17 @@ private:
     // (callbacks), the request it logs at the end, and the policy snapshot its job (and so
     // its budget) lives in.
     std::optional<tunnel_relay> relay_;
-    std::optional<request_state> tunnel_st_;
+    /// What an established tunnel keeps of its request while it relays: its records and the
+    /// bytes the relay already counted; not the target, decision and head (176 bytes less
+    /// per idle tunnel).
+    struct tunnel_state {
+        explicit tunnel_state(request_state&& st)
+            : log(std::move(st.log)), counted_up(st.counted_up), counted_down(st.counted_down) {}
+        request_log log;
+        std::uint64_t counted_up = 0;
+        std::uint64_t counted_down = 0;
+    };
+    std::optional<tunnel_state> tunnel_st_;
     std::shared_ptr<const config::compiled_policy> tunnel_policy_;
     std::uint64_t id_;
     session_quota quota_;

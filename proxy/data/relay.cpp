@@ -20,6 +20,24 @@ bool retry(const error_code& ec) {
 
 error_code last_error() { return error_code(errno, boost::system::system_category()); }
 
+// The idle wait's operation is allocated at its own size. Asio's default (per-thread
+// recycling) hands it any larger cached block, and what a connection's handshake freed
+// last is large (a coroutine's read or write: 300-400 bytes), so each idle tunnel would
+// hold two such blocks for waits that need about a third of that.
+template <class T>
+struct exact_allocator {
+    using value_type = T;
+    exact_allocator() = default;
+    template <class U>
+    exact_allocator(const exact_allocator<U>&) noexcept {}  // NOLINT: rebinding converts
+    T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
+    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p); }
+    template <class U>
+    bool operator==(const exact_allocator<U>&) const noexcept {
+        return true;
+    }
+};
+
 // Yields to the other connections of this thread every so often, so a bulk transfer that
 // always finds data waiting cannot starve them.
 constexpr int chunks_per_turn = 4;
@@ -132,14 +150,16 @@ void tunnel_relay::pump(direction& d, const keep_t& keep) {
         }
         if (retry(ec)) {
             close_pipe(d);  // idle: give the pipe back
-            d.from->async_wait(tcp::socket::wait_read, [this, &d, keep](const error_code& wec) {
-                if (wec) {
-                    note(wec);
-                    end(d);
-                    return;
-                }
-                pump(d, keep);
-            });
+            d.from->async_wait(tcp::socket::wait_read,
+                               net::bind_allocator(exact_allocator<void>{},
+                                                   [this, &d, keep](const error_code& wec) {
+                                                       if (wec) {
+                                                           note(wec);
+                                                           end(d);
+                                                           return;
+                                                       }
+                                                       pump(d, keep);
+                                                   }));
             return;
         }
         if (ec == net::error::eof) {
