@@ -69,6 +69,59 @@ def jobs_yaml(ssh_port=None):
         "    identity: { ttl: 30m }\n")
 
 
+def start_cordon(cordon, *also):
+    """Starts a class's cordon; if it does not start, removes it and stops `also` (what the
+    class started for it: a DNS server, sshd, squid, a temp dir) before the error goes on."""
+    try:
+        cordon.start()
+    except BaseException:
+        cordon.cleanup()
+        stop_all(also)
+        raise
+
+
+def stop_cordon(cordon, *also):
+    """Stops and removes a class's cordon, then stops `also`, even when one of them fails;
+    returns cordon's exit status and its stderr."""
+    try:
+        rc, _ = cordon.stop()
+        return rc, cordon.stderr_text()
+    finally:
+        cordon.cleanup()
+        stop_all(also)
+
+
+def stop_all(things):
+    for o in things:
+        (getattr(o, "stop", None) or o.cleanup)()
+
+
+class LoopbackDaemon:
+    """A server the test runs on a loopback port in its own temp dir (sshd, squid):
+    `proc`, `port` and `tmp` are set by the subclass."""
+
+    def wait_listening(self, what):
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                return True
+            except OSError:
+                return False
+        if not H.wait_until(up, 20, 0.1):
+            self.stop()
+            raise RuntimeError(f"{what} did not start")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.tmp.cleanup()
+
+
 class Socks:
     """A raw SOCKS5 client, one message at a time, every read bounded in time."""
 
@@ -148,17 +201,11 @@ class SocksTestCase(unittest.TestCase):
     def setUpClass(cls):
         cls.cordon = H.Cordon(jobs_yaml(cls.ssh_port), DNS.port, cls.proxy_opts,
                               listen_socks="127.0.0.1:0")
-        try:
-            cls.cordon.start()
-        except BaseException:
-            cls.cordon.cleanup()
-            raise
+        start_cordon(cls.cordon)
 
     @classmethod
     def tearDownClass(cls):
-        rc, _ = cls.cordon.stop()
-        err = cls.cordon.stderr_text()
-        cls.cordon.cleanup()
+        rc, err = stop_cordon(cls.cordon)
         if rc != 0:
             raise AssertionError(f"cordon exited {rc}:\n{err}")
 
@@ -566,12 +613,7 @@ class SocksAddressTargetTests(SocksTestCase):
             "    identity: { ttl: 30m }\n")
         cls.cordon = H.Cordon(jobs, cls.dns.port, cls.proxy_opts, listen_socks="127.0.0.1:0",
                               listen_dns="127.0.0.1:0")
-        try:
-            cls.cordon.start()
-        except BaseException:
-            cls.cordon.cleanup()
-            cls.dns.stop()
-            raise
+        start_cordon(cls.cordon, cls.dns)
 
     @classmethod
     def tearDownClass(cls):
@@ -714,7 +756,7 @@ class SshRuleTests(SocksTestCase):
 # ssh and git over ssh: a loopback sshd started by the test
 # --------------------------------------------------------------------------------------
 
-class SSHD:
+class SSHD(LoopbackDaemon):
     """Debian's sshd on 127.0.0.1:<free port> with its own host key, config and one
     authorized client key (root, key only), in the foreground."""
 
@@ -741,16 +783,7 @@ class SSHD:
         self.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", t("sshd_config")],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
-
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return True
-            except OSError:
-                return False
-        if not H.wait_until(up, 20, 0.1):
-            self.stop()
-            raise RuntimeError("sshd did not start")
+        self.wait_listening("sshd")
 
     def client_config(self, proxy_command):
         path = self.tmp.join(f"ssh_config-{uuid.uuid4().hex[:8]}")
@@ -762,15 +795,6 @@ class SSHD:
                     f"  ProxyCommand {proxy_command}\n")
         return path
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.tmp.cleanup()
 
 
 SSHD_AVAILABLE = (os.geteuid() == 0 and os.path.exists("/usr/sbin/sshd") and
@@ -907,19 +931,11 @@ class RunGitOverSshTests(unittest.TestCase):
                 f"    filesystem: {{ scratch: {cls.scratch} }}\n"
                 "    identity: { ttl: 30m }\n")
         cls.cordon = H.Cordon(jobs, DNS.port, listen_dns="127.0.0.1:0")
-        try:
-            cls.cordon.start()
-        except BaseException:
-            cls.cordon.cleanup()
-            cls.sshd.stop()
-            raise
+        start_cordon(cls.cordon, cls.sshd, cls.tmp)
 
     @classmethod
     def tearDownClass(cls):
-        cls.cordon.stop()
-        cls.cordon.cleanup()
-        cls.sshd.stop()
-        cls.tmp.cleanup()
+        stop_cordon(cls.cordon, cls.sshd, cls.tmp)
 
     def test_git_clone_over_ssh_in_the_sandbox(self):
         env = dict(PATH=os.environ.get("PATH", "/usr/bin:/bin"), GIT_AUTHOR_NAME="t",
@@ -969,7 +985,7 @@ class RunGitOverSshTests(unittest.TestCase):
 # upstream_proxy: squid as the parent, on loopback
 # --------------------------------------------------------------------------------------
 
-class Squid:
+class Squid(LoopbackDaemon):
     """Debian's squid on 127.0.0.1:<free port>, in the foreground (-N), logging every request.
     mode: "open" (any CONNECT from loopback), "auth" (Basic, user cordon), "deny" (403)."""
 
@@ -1001,16 +1017,7 @@ class Squid:
                     + auth + "acl client src 127.0.0.1/32\n" + rules + "http_access deny all\n")
         self.proc = subprocess.Popen(["squid", "-N", "-f", conf], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return True
-            except OSError:
-                return False
-        if not H.wait_until(up, 20, 0.1):
-            self.stop()
-            raise RuntimeError("squid did not start")
+        self.wait_listening("squid")
 
     def log(self):
         try:
@@ -1019,15 +1026,6 @@ class Squid:
         except OSError:
             return ""
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.tmp.cleanup()
 
 
 def parent_jobs_yaml():
@@ -1062,19 +1060,11 @@ class ParentProxyTestCase(unittest.TestCase):
             up += f"  no_proxy: {cls.no_proxy}\n"
         cls.cordon = H.Cordon(parent_jobs_yaml(), DNS.port, {"connect_timeout": "5s"},
                               extra_yaml=up, listen_socks="127.0.0.1:0")
-        try:
-            cls.cordon.start()
-        except BaseException:
-            cls.cordon.cleanup()
-            cls.squid.stop()
-            raise
+        start_cordon(cls.cordon, cls.squid, cls.tmp)
 
     @classmethod
     def tearDownClass(cls):
-        cls.cordon.stop()
-        cls.cordon.cleanup()
-        cls.squid.stop()
-        cls.tmp.cleanup()
+        stop_cordon(cls.cordon, cls.squid, cls.tmp)
 
     def setUp(self):
         self.session = self.cordon.create_session("web")
@@ -1084,6 +1074,13 @@ class ParentProxyTestCase(unittest.TestCase):
         for s in self.cordon.secrets + ["parent-pw"]:
             if s:
                 self.assertNotIn(s.encode(), raw)
+
+    def parent_failure(self, *words):
+        """A CONNECT the parent fails: cordon's 502, its message naming each of `words`."""
+        r = self.echo_through_connect()
+        self.assertEqual(r.status, 502)
+        for w in words:
+            self.assertIn(w, r.json()["message"])
 
     def echo_through_connect(self):
         c, r = self.cordon.tunnel(self.session, f"raw.test:{ECHO.port}")
@@ -1144,9 +1141,7 @@ class ParentProxyWrongCredentialsTests(ParentProxyTestCase):
     cred_line = "cordon:wrong"
 
     def test_407_from_the_parent_is_a_502_that_says_so(self):
-        r = self.echo_through_connect()
-        self.assertEqual(r.status, 502)
-        self.assertIn("407", r.json()["message"])
+        self.parent_failure("407")
         errs = self.cordon.wait_events(lambda e: e["event"] == "conn.error" and
                                        e.get("session") == self.session["id"])
         self.assertIn("credentials", errs[0]["message"])
@@ -1156,21 +1151,14 @@ class ParentProxyWithoutCredentialsTests(ParentProxyTestCase):
     squid_mode = "auth"
 
     def test_no_credentials_for_a_parent_that_wants_them(self):
-        r = self.echo_through_connect()
-        self.assertEqual(r.status, 502)
-        self.assertIn("407", r.json()["message"])
+        self.parent_failure("407")
 
 
 class ParentProxyRefusesTests(ParentProxyTestCase):
     squid_mode = "deny"
 
     def test_a_refusing_parent_is_a_502_with_its_answer(self):
-        r = self.echo_through_connect()
-        self.assertEqual(r.status, 502)
-        msg = r.json()["message"]
-        self.assertIn("refused", msg)
-        self.assertIn("403", msg)
-        self.assertIn(f"127.0.0.1:{self.squid.port}", msg)
+        self.parent_failure("refused", "403", f"127.0.0.1:{self.squid.port}")
         # Over SOCKS: connection refused (5).
         c = Socks(self.cordon.socks_addr)
         try:
@@ -1192,9 +1180,7 @@ class ParentProxyDownTests(ParentProxyTestCase):
     def test_a_parent_that_is_down_is_a_502(self):
         self.squid.proc.terminate()
         self.squid.proc.wait(10)
-        r = self.echo_through_connect()
-        self.assertEqual(r.status, 502)
-        self.assertIn("upstream proxy", r.json()["message"])
+        self.parent_failure("upstream proxy")
 
 
 if __name__ == "__main__":
