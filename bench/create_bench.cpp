@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
     s.left = count;
     s.deadline = steady::now() + std::chrono::seconds(120);
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(connections));
     const auto t0 = steady::now();
     for (int i = 0; i < connections; ++i) {
         threads.emplace_back([&s] { client(s); });

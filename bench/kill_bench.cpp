@@ -97,7 +97,8 @@ int bench::run() {
         fail("--scope must be network, session, session-end or sigkill");
     }
     network = network || sigkill;  // every tunnel is expected to close
-    const std::size_t total = static_cast<std::size_t>(o_.tunnels + (network ? 0 : o_.others));
+    const auto total = static_cast<std::size_t>(o_.tunnels) +
+                       (network ? 0 : static_cast<std::size_t>(o_.others));
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < total + 64) {

@@ -308,7 +308,7 @@ void etcd_store::apply_written(std::vector<etcd::txn_op>& ops, const etcd::heade
 }
 
 struct etcd_store::commit {
-    explicit commit(net::any_io_executor ex) : done(std::move(ex)) {}
+    explicit commit(const net::any_io_executor& ex) : done(ex) {}
     std::vector<etcd::txn_op> ops;
     lease_kind lease = lease_kind::none;
     std::int64_t expiry_s = 0;  // lease_kind::session: the expiry second
@@ -667,14 +667,13 @@ void etcd_store::tick() {
 }
 
 awaitable<void> etcd_store::confirm(std::string kill_id, std::uint64_t closed, double elapsed_ms) {
-    const std::string id = kill_id;  // named copies: GCC 12 (see gather)
     std::vector<etcd::txn_op> ops{etcd::txn_op{
-        false, key(fleet_keys::confirm(id, spec_.instance)),
+        false, key(fleet_keys::confirm(kill_id, spec_.instance)),
         confirm_value(instance_confirmation{spec_.instance, closed, elapsed_ms}), lease_to_fill}};
     std::string error;
     const bool ok = co_await commit_async(std::move(ops), lease_kind::records, 0, error);
     if (!ok) {
-        std::cerr << "cordon: cluster: confirming kill " << id << ": " << error << '\n';
+        std::cerr << "cordon: cluster: confirming kill " << kill_id << ": " << error << '\n';
     }
 }
 
