@@ -981,6 +981,24 @@ def connect_request(host_port, auth=None, extra=b""):
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)$")
 
 
+def raw_tcp_job(task, port):
+    """The policy's jobs: one job `agent` allowed raw TCP to raw.test:PORT, which the tests'
+    FakeDNS answers with 127.0.0.1 (resolves_to lets it be loopback)."""
+    return ("  agent:\n"
+            f"    task: {task}\n"
+            "    egress:\n"
+            f"      - {{ host: raw.test, ports: [{port}], protocol: tcp, "
+            "resolves_to: [127.0.0.0/8] }\n"
+            "    identity: { ttl: 30m }\n")
+
+
+def stop_all(*servers):
+    """Stops the module's helper servers that were started (None: never started)."""
+    for o in servers:
+        if o is not None:
+            o.stop()
+
+
 class CordonError(AssertionError):
     pass
 

@@ -32,19 +32,11 @@ def setUpModule():
 
 
 def tearDownModule():
-    for o in (ECHO, DNS):
-        if o is not None:
-            o.stop()
+    H.stop_all(ECHO, DNS)
 
 
 def jobs_yaml():
-    return (
-        "  agent:\n"
-        "    task: fault-injection tests\n"
-        "    egress:\n"
-        f"      - {{ host: raw.test, ports: [{ECHO.port}], protocol: tcp, "
-        "resolves_to: [127.0.0.0/8] }\n"
-        "    identity: { ttl: 30m }\n")
+    return H.raw_tcp_job("fault-injection tests", ECHO.port)
 
 
 # Slow clients are held long enough that only a reserve can let the kill through.

@@ -36,19 +36,11 @@ def setUpModule():
 
 
 def tearDownModule():
-    for o in (ECHO, DNS):
-        if o is not None:
-            o.stop()
+    H.stop_all(ECHO, DNS)
 
 
 def jobs_yaml():
-    return (
-        "  agent:\n"
-        "    task: integration tests of the fleet\n"
-        "    egress:\n"
-        f"      - {{ host: raw.test, ports: [{ECHO.port}], protocol: tcp, "
-        "resolves_to: [127.0.0.0/8] }\n"
-        "    identity: { ttl: 30m }\n")
+    return H.raw_tcp_job("integration tests of the fleet", ECHO.port)
 
 
 CLOSE_ERRORS = (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
@@ -73,7 +65,7 @@ class FleetCase(unittest.TestCase):
         self.etcd.start()
         self.prefix = f"/cordon-it-{os.getpid()}-{int(time.monotonic() * 1000)}/"
         for n in self.names:
-            self.cordons[n] = self.make(n)
+            self.cordons[n] = self.make(n, endpoints=self.endpoints_for(n))
         for c in self.cordons.values():
             c.start(timeout=20)
         if self.names:
@@ -92,6 +84,10 @@ class FleetCase(unittest.TestCase):
         self.etcd.cleanup()
         if errs:
             raise AssertionError("\n".join(errs))
+
+    def endpoints_for(self, name):
+        """The etcd members instance `name` is given (every member unless a case says)."""
+        return self.etcd.endpoints
 
     def make(self, name, endpoints=None, **opts):
         o = dict(self.cluster_opts)
@@ -538,22 +534,11 @@ class ThreeMemberTests(FleetCase):
     # gone): its lease outlives the time to see it cut off plus kill_wait.
     cluster_opts = {"instance_ttl": "10s", "kill_wait": "2s"}
 
-    def setUp(self):
+    def endpoints_for(self, name):
         # a talks to members 0 and 1, b to member 2 only: stopping member 2 cuts b off the
         # store while the cluster keeps its quorum.
-        self.etcd = E.Etcd(self.members)
-        self.cordons = {}
-        self._conns = []
-        self.addCleanup(self.etcd.cleanup)
-        self.addCleanup(lambda: [c.cleanup() for c in self.cordons.values()])
-        self.etcd.start()
-        self.prefix = f"/cordon-it-{os.getpid()}-{int(time.monotonic() * 1000)}/"
         eps = self.etcd.endpoints
-        self.cordons = {"a": self.make("a", endpoints=eps[:2]),
-                        "b": self.make("b", endpoints=eps[2:])}
-        for c in self.cordons.values():
-            c.start(timeout=20)
-        self.wait_registry(2)
+        return eps[:2] if name == "a" else eps[2:]
 
     def test_member_loss_changes_nothing(self):
         self.etcd.members[0].kill()
