@@ -186,9 +186,9 @@ void argument_redactor::open(token::kind k) {
 void argument_redactor::end() {
     const open_container c = open_.back();
     open_.pop_back();
+    tokens_.push_back({token::kind::end, false, 0, 0});  // may move the tokens: index after
     token& t = tokens_[c.token];
     t.secret = c.object ? c.secret : c.elements == 2 && c.first_secret && !c.last_empty;
-    tokens_.push_back({token::kind::end, false, 0, 0});
     t.size = static_cast<std::uint32_t>(tokens_.size() - 1);
 }
 
