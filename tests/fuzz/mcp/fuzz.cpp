@@ -1,7 +1,8 @@
 // Fuzzes MCP's readers of hostile bytes (proxy/mcp/): the first byte picks one.
 //   0: a client's POST body (parse_request_body). Checked: every tools/call parsed names a
 //      tool; its id, when present, is JSON text that parses back; its arguments are JSON text
-//      that a second redaction leaves as it is; refusal_answer is JSON.
+//      that a second redaction leaves as it is, and that a fresh redactor fed them from a DOM
+//      writes too (its buffers grow from nothing); refusal_answer is JSON.
 //   1: a server's message (filter_server_message) against the rule `tools: [search]`.
 //      Checked: a rewritten message is JSON and lists no tool but search in any tools array.
 //   2: an event stream (sse_filter), its bytes fed whole and then cut at a point the next two
@@ -64,6 +65,45 @@ bool only_search(const json::value& v) {
     return true;
 }
 
+// Feeds a fresh redactor (its buffers grow from nothing, as the thread's reused one's seldom
+// do) the events of `v`, numbers as Boost writes them.
+void feed(cordon::proxy::audit::argument_redactor& r, const json::value& v) {
+    if (const json::object* o = v.if_object()) {
+        r.begin_object();
+        for (const auto& kv : *o) {
+            r.key(std::string_view(kv.key()));
+            feed(r, kv.value());
+        }
+        r.end();
+    } else if (const json::array* a = v.if_array()) {
+        r.begin_array();
+        for (const json::value& e : *a) {
+            feed(r, e);
+        }
+        r.end();
+    } else if (const json::string* str = v.if_string()) {
+        r.string(std::string_view(*str));
+    } else if (v.is_null()) {
+        r.null();
+    } else {
+        r.literal(json::serialize(v));  // a number or a boolean
+    }
+}
+
+// The arguments of the index-th message of a body that parsed, as the DOM reads them.
+const json::value* dom_arguments(const json::value& body, std::size_t index) {
+    const json::value* m = &body;
+    if (const json::array* a = body.if_array()) {
+        if (index >= a->size()) {
+            return nullptr;
+        }
+        m = &(*a)[index];
+    }
+    const json::value* params = m->is_object() ? m->get_object().if_contains("params") : nullptr;
+    return params != nullptr && params->is_object() ? params->get_object().if_contains("arguments")
+                                                    : nullptr;
+}
+
 cordon::config::mcp_spec spec() {
     cordon::config::mcp_spec s;
     s.tools = {"search"};
@@ -111,6 +151,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 check(m.arguments.empty() ||
                           cordon::proxy::audit::redact_tool_arguments(m.arguments) == m.arguments,
                       "arguments are redacted once and for all");
+                // A fresh redactor fed the same arguments from a DOM says the same.
+                if (m.is_call() && !m.arguments.empty()) {
+                    json::error_code ec;
+                    const json::value dom = json::parse(json::string_view(in.data(), in.size()),
+                                                        ec);
+                    const json::value* args = ec ? nullptr : dom_arguments(dom, i);
+                    if (args != nullptr) {
+                        cordon::proxy::audit::argument_redactor fresh;
+                        feed(fresh, *args);
+                        const std::string again = fresh.finish();
+                        check(parses(again) && json::parse(again) == json::parse(m.arguments),
+                              "a fresh redactor writes what the reader's did");
+                    }
+                }
                 verdicts[i].reason = cordon::config::deny_reason::mcp_tool;
             }
             check(parses(refusal_answer(body, verdicts, "job")), "the refusal is JSON");
