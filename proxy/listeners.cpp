@@ -36,6 +36,9 @@ tcp::acceptor make_acceptor(net::io_context& ioc, const tcp::endpoint& ep, bool 
     tcp::acceptor a(ioc);
     a.open(ep.protocol());
     a.set_option(net::socket_base::reuse_address(true));
+    // Accepted sockets inherit TCP_NODELAY from the listener on Linux: one setsockopt here,
+    // not one per connection (serve_client relies on it; admin sockets get it too).
+    a.set_option(tcp::no_delay(true));
     if (reuse_port) {
         const int one = 1;
         if (::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
@@ -192,25 +195,26 @@ void start_accepting(control::runtime& rt, listeners& l, net::io_context& contro
     const auto max_conns = static_cast<std::int64_t>(rt.limits.max_connections);
     for (std::size_t i = 0; i < rt.connections.workers.size(); ++i) {
         control::worker& w = *rt.connections.workers[i];
-        const auto on_client = [&rt, &w, max_conns](tcp::socket& s) {
+        const auto on_client = [&rt, &w, max_conns](tcp::socket& s, const tcp::endpoint& peer) {
             if (rt.connections.open.load() >= max_conns) {
                 error_code ignored;
                 s.close(ignored);  // over proxy.max_connections: refuse at once
                 return common::after_accept::next;
             }
-            net::co_spawn(w.ioc, data::serve_client(rt, w, std::move(s)), net::detached);
+            net::co_spawn(w.ioc, data::serve_client(rt, w, std::move(s), peer), net::detached);
             return common::after_accept::next;
         };
         net::co_spawn(w.ioc, common::accept_loop(l.proxy[i], on_client, "proxy"), net::detached);
         if (i < l.socks.size()) {
             // The same connection cap: SOCKS clients are proxy clients.
-            const auto on_socks = [&rt, &w, max_conns](tcp::socket& s) {
+            const auto on_socks = [&rt, &w, max_conns](tcp::socket& s, const tcp::endpoint& peer) {
                 if (rt.connections.open.load() >= max_conns) {
                     error_code ignored;
                     s.close(ignored);
                     return common::after_accept::next;
                 }
-                net::co_spawn(w.ioc, data::serve_client(rt, w, std::move(s), true), net::detached);
+                net::co_spawn(w.ioc, data::serve_client(rt, w, std::move(s), peer, true),
+                              net::detached);
                 return common::after_accept::next;
             };
             net::co_spawn(w.ioc, common::accept_loop(l.socks[i], on_socks, "socks"), net::detached);

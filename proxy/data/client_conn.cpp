@@ -139,8 +139,7 @@ awaitable<void> client_conn::deny(request_state& st, int status, deny_reason rea
     note_denial(st, status, reason);
     if (socks_) {
         // Every refusal of the policy is "not allowed by ruleset"; the record says why.
-        const auto answer = socks5::request_answer(socks5::reply_for(reason));
-        co_await net::async_write(client_.socket(), net::buffer(answer), use_nothrow);
+        co_await socks_answer(socks5::request_answer(socks5::reply_for(reason)));
         shutdown_client();
         co_return;
     }
@@ -155,8 +154,7 @@ awaitable<void> client_conn::error_reply(request_state& st, int status, std::str
                                          socks5::reply socks_reply) {
     st.log.error(status, message);
     if (socks_) {
-        const auto answer = socks5::request_answer(socks_reply);
-        co_await net::async_write(client_.socket(), net::buffer(answer), use_nothrow);
+        co_await socks_answer(socks5::request_answer(socks_reply));
         shutdown_client();
         co_return;
     }
@@ -457,11 +455,16 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
     }
     static constexpr std::string_view established = "HTTP/1.1 200 Connection established\r\n\r\n";
     static const auto socks_established = socks5::request_answer(socks5::reply::succeeded);
-    auto [wec, wn] = co_await net::async_write(
-        client_.socket(), socks_ ? net::buffer(socks_established) : net::buffer(established),
-        use_nothrow);
-    (void)wn;
-    if (wec) {
+    bool answered_ok = false;
+    if (socks_) {
+        answered_ok = co_await socks_answer(socks_established);
+    } else {
+        auto [wec, wn] = co_await net::async_write(client_.socket(), net::buffer(established),
+                                                   use_nothrow);
+        (void)wn;
+        answered_ok = !wec;
+    }
+    if (!answered_ok) {
         co_return;  // never established: st.log says the client went away
     }
     log_open(st);
@@ -675,13 +678,7 @@ awaitable<void> client_conn::run() {
 }
 
 awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::socket socket,
-                             bool socks_only) {
-    error_code ec;
-    const auto remote = socket.remote_endpoint(ec);
-    if (ec) {
-        co_return;
-    }
-    socket.set_option(tcp::no_delay(true), ec);
+                             tcp::endpoint remote, bool socks_only) {
     // Shared: an established tunnel's relay keeps the connection alive after run() ends.
     const auto c = std::make_shared<client_conn>(rt, w, std::move(socket));
     c->client_text_ = endpoint_text(remote);

@@ -9,7 +9,9 @@ namespace cordon::proxy::data {
 
 /// Serves one accepted client connection on worker `w`'s thread until it closes: HTTP, or
 /// SOCKS5 when its first byte is 5; `socks_only` (listen.socks): SOCKS5 and nothing else.
+/// `remote` is the client's address as accept(2) gave it. The socket is expected to have
+/// TCP_NODELAY already (Linux copies it from the listener: make_acceptor sets it there).
 awaitable<void> serve_client(control::runtime& rt, control::worker& w, tcp::socket socket,
-                             bool socks_only = false);
+                             tcp::endpoint remote, bool socks_only = false);
 
 }  // namespace cordon::proxy::data

@@ -132,8 +132,14 @@ private:
     /// (the request ended and recorded) when none came.
     awaitable<bool> socks_read(request_state& st, beast::flat_buffer& buffer,
                                std::chrono::steady_clock::time_point deadline);
-    /// Writes a handshake answer; false when the client is gone.
+    /// Writes a handshake answer, behind any held ones, in one write; false when the client
+    /// is gone.
     awaitable<bool> socks_answer(std::span<const std::uint8_t> bytes);
+    /// A client that sent its next message without waiting for this answer (`pipelined`)
+    /// gets it with the next one (one write and one wake-up less for both); else at once.
+    awaitable<bool> socks_answer_or_hold(std::span<const std::uint8_t> bytes, bool pipelined);
+    std::array<std::uint8_t, 4> socks_held_{};  ///< the method and credentials answers held
+    std::uint8_t socks_held_size_ = 0;
 
     // The CONNECT path (client_conn.cpp).
     /// `answered`: for a SOCKS5 address target, the names cordon's resolver answered with

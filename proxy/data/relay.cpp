@@ -1,6 +1,7 @@
 #include "proxy/data/relay.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace cordon::proxy::data {
@@ -19,6 +20,52 @@ bool retry(const error_code& ec) {
 }
 
 error_code last_error() { return error_code(errno, boost::system::system_category()); }
+
+// The relay's own reads and writes: MSG_DONTWAIT on the descriptor, so neither socket needs
+// Asio's user-level non-blocking mode (setting it is an ioctl per socket per tunnel, and
+// Asio's synchronous calls would poll without it).
+std::size_t recv_some(tcp::socket& s, char* data, std::size_t size, error_code& ec) {
+    for (;;) {
+        const ssize_t r = ::recv(s.native_handle(), data, size, MSG_DONTWAIT);
+        if (r > 0) {
+            ec = {};
+            return static_cast<std::size_t>(r);
+        }
+        if (r == 0) {
+            ec = net::error::eof;
+            return 0;
+        }
+        if (errno != EINTR) {
+            ec = last_error();
+            return 0;
+        }
+    }
+}
+
+std::size_t send_some(tcp::socket& s, const char* data, std::size_t size, error_code& ec) {
+    for (;;) {
+        const ssize_t r = ::send(s.native_handle(), data, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r >= 0) {
+            ec = {};
+            return static_cast<std::size_t>(r);
+        }
+        if (errno != EINTR) {
+            ec = last_error();
+            return 0;
+        }
+    }
+}
+
+// splice(2) has no per-call flag for the socket's side: the descriptor itself must be
+// non-blocking. It already is when Asio ran an asynchronous operation on it (every relayed
+// socket has: the client's first read, the upstream's connect); this costs a call only
+// when it has not.
+void ensure_non_blocking(tcp::socket& s) {
+    if (!s.native_non_blocking()) {
+        error_code ignored;
+        s.native_non_blocking(true, ignored);
+    }
+}
 
 // The idle wait's operation is allocated at its own size. Asio's default (per-thread
 // recycling) hands it any larger cached block, and what a connection's handshake freed
@@ -77,9 +124,8 @@ void tunnel_relay::close_pipe(direction& d) {
 
 void tunnel_relay::start(const keep_t& keep, relay_owner& owner) {
     owner_ = &owner;
-    error_code ec;
-    client_.non_blocking(true, ec);
-    upstream_.non_blocking(true, ec);
+    ensure_non_blocking(client_);
+    ensure_non_blocking(upstream_);
     last_activity_ = steady::now();
     link();
     pump(up_, keep);
@@ -142,7 +188,7 @@ void tunnel_relay::pump(direction& d, const keep_t& keep) {
                 n = static_cast<std::size_t>(r);
             }
         } else {
-            n = d.from->read_some(net::buffer(w_.relay_buffer), ec);
+            n = recv_some(*d.from, w_.relay_buffer.data(), w_.relay_buffer.size(), ec);
             // A read this large means a backlog: bulk data, which splice moves cheaper
             // than copies. Small exchanges (a TLS handshake, an API call) stay copied.
             d.bulk = d.bulk || n >= bulk_read;
@@ -225,8 +271,7 @@ bool tunnel_relay::send(direction& d, const keep_t& keep) {
     std::size_t done = 0;
     while (done < d.pass) {
         error_code ec;
-        const std::size_t n = d.to->write_some(
-            net::buffer(w_.relay_buffer.data() + done, d.pass - done), ec);
+        const std::size_t n = send_some(*d.to, w_.relay_buffer.data() + done, d.pass - done, ec);
         if (retry(ec)) {
             break;
         }

@@ -20,6 +20,11 @@ std::span<const std::uint8_t> have(const beast::flat_buffer& b) {
 
 awaitable<bool> client_conn::socks_read(request_state& st, beast::flat_buffer& buffer,
                                         std::chrono::steady_clock::time_point deadline) {
+    // A client that waits for the answers held before it sends the rest must have them.
+    if (socks_held_size_ > 0 && !co_await socks_answer({})) {
+        st.log.dismiss();
+        co_return false;
+    }
     if (buffer.size() >= socks5::max_handshake_bytes) {
         // More than any handshake needs before its answer: not a SOCKS client.
         note_denial(st, 400, deny_reason::bad_request);
@@ -49,10 +54,22 @@ awaitable<bool> client_conn::socks_read(request_state& st, beast::flat_buffer& b
 }
 
 awaitable<bool> client_conn::socks_answer(std::span<const std::uint8_t> bytes) {
-    auto [ec, n] = co_await net::async_write(client_.socket(),
-                                             net::buffer(bytes.data(), bytes.size()), use_nothrow);
+    const std::array<net::const_buffer, 2> out{net::buffer(socks_held_.data(), socks_held_size_),
+                                               net::buffer(bytes.data(), bytes.size())};
+    socks_held_size_ = 0;
+    auto [ec, n] = co_await net::async_write(client_.socket(), out, use_nothrow);
     (void)n;
     co_return !ec;
+}
+
+awaitable<bool> client_conn::socks_answer_or_hold(std::span<const std::uint8_t> bytes,
+                                                  bool pipelined) {
+    if (!pipelined || socks_held_size_ + bytes.size() > socks_held_.size()) {
+        co_return co_await socks_answer(bytes);
+    }
+    std::copy(bytes.begin(), bytes.end(), socks_held_.begin() + socks_held_size_);
+    socks_held_size_ = static_cast<std::uint8_t>(socks_held_size_ + bytes.size());
+    co_return true;
 }
 
 awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& buffer,
@@ -92,7 +109,8 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
     // Phase: authenticate. Username/password whenever offered (it names a session); no
     // authentication only for a client in a job's `sources`.
     if (g.userpass) {
-        if (!co_await socks_answer(socks5::method_answer(socks5::method_userpass))) {
+        if (!co_await socks_answer_or_hold(socks5::method_answer(socks5::method_userpass),
+                                           buffer.size() > 0)) {
             st.log.dismiss();
             co_return;
         }
@@ -109,15 +127,20 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
         const deny_reason a = c.st == socks5::status::good ? authenticate_user(c.user, c.password)
                                                            : deny_reason::auth;
         std::fill(c.password.begin(), c.password.end(), '\0');
-        co_await socks_answer(socks5::credentials_answer(a == deny_reason::none));
         if (a != deny_reason::none) {
+            co_await socks_answer(socks5::credentials_answer(false));
             note_denial(st, a == deny_reason::session_killed ? 403 : 407, a);
             shutdown_client();
             co_return;
         }
         buffer.consume(c.consumed);
+        if (!co_await socks_answer_or_hold(socks5::credentials_answer(true), buffer.size() > 0)) {
+            st.log.dismiss();
+            co_return;
+        }
     } else if (g.no_auth && authenticate_source() == deny_reason::none) {
-        if (!co_await socks_answer(socks5::method_answer(socks5::method_no_auth))) {
+        if (!co_await socks_answer_or_hold(socks5::method_answer(socks5::method_no_auth),
+                                           buffer.size() > 0)) {
             st.log.dismiss();
             co_return;
         }

@@ -427,6 +427,76 @@ class SocksRefusalTests(SocksTestCase):
             lambda e: e["event"] == "conn.open" and e.get("job") == "src" and
             e.get("via") == "socks5"))
 
+    def login_bytes(self, token=None):
+        u, p = self.session["id"].encode(), (token or self.session["token"]).encode()
+        return bytes([1, len(u)]) + u + bytes([len(p)]) + p
+
+    @staticmethod
+    def request_bytes(host, port):
+        return b"\x05\x01\x00\x03" + bytes([len(host)]) + host.encode() + struct.pack(">H", port)
+
+    def test_a_pipelined_handshake_gets_every_answer_in_order(self):
+        # Greeting, credentials and request in one write (a client that does not wait):
+        # cordon may send its answers together, but all of them, in order, and nothing else.
+        c = Socks(self.cordon.socks_addr)
+        try:
+            c.send(b"\x05\x01\x02" + self.login_bytes() + self.request_bytes("raw.test", ECHO.port))
+            answers = c.recv_exact(14)
+            self.assertEqual(answers[:4], b"\x05\x02\x01\x00")
+            self.assertEqual(answers[4:7], b"\x05\x00\x00")
+            c.send(b"pipe")
+            self.assertEqual(c.recv_exact(4), b"pipe")
+        finally:
+            c.close()
+        # No-auth from a sources client, greeting and request at once.
+        c = Socks(self.cordon.socks_addr, source="127.0.0.2")
+        try:
+            c.send(b"\x05\x01\x00" + self.request_bytes("raw.test", ECHO.port) + b"early")
+            self.assertEqual(c.recv_exact(12)[:5], b"\x05\x00\x05\x00\x00")
+            self.assertEqual(c.recv_exact(5), b"early")  # bytes behind the request: the tunnel's
+        finally:
+            c.close()
+
+    def test_a_pipelined_wrong_token_never_reaches_the_request(self):
+        n = ECHO.snapshot()
+        c = Socks(self.cordon.socks_addr)
+        try:
+            c.send(b"\x05\x01\x02" + self.login_bytes("not-the-token") +
+                   self.request_bytes("raw.test", ECHO.port))
+            self.assertEqual(c.recv_exact(4), b"\x05\x02\x01\x01")
+            self.assertTrue(c.closed())
+        finally:
+            c.close()
+        self.assertTrue(self.cordon.wait_events(
+            lambda e: e["event"] == "conn.deny" and e.get("reason") == "auth" and
+            e.get("via") == "socks5"))
+        self.assertEqual(ECHO.snapshot(), n)
+
+    def test_a_partly_pipelined_client_is_answered_before_cordon_waits(self):
+        # The greeting with the credentials' first byte, then the client waits for the
+        # method answer: cordon must not hold it back while it waits for the rest.
+        c = Socks(self.cordon.socks_addr, timeout=3)
+        try:
+            login = self.login_bytes()
+            c.send(b"\x05\x01\x02" + login[:1])
+            self.assertEqual(c.recv_exact(2), b"\x05\x02")
+            # The credentials' rest, then wait for their answer before the request.
+            c.send(login[1:])
+            self.assertEqual(c.recv_exact(2), b"\x01\x00")
+            self.assertEqual(c.request("raw.test", ECHO.port)[1], 0)
+            c.send(b"part")
+            self.assertEqual(c.recv_exact(4), b"part")
+        finally:
+            c.close()
+        # Greeting and credentials at once, then the client waits before its request.
+        c = Socks(self.cordon.socks_addr, timeout=3)
+        try:
+            c.send(b"\x05\x01\x02" + self.login_bytes())
+            self.assertEqual(c.recv_exact(4), b"\x05\x02\x01\x00")
+            self.assertEqual(c.request("raw.test", ECHO.port)[1], 0)
+        finally:
+            c.close()
+
     def test_bind_and_udp_associate_are_command_not_supported(self):
         for cmd, name in ((2, "BIND"), (3, "UDP_ASSOCIATE")):
             c = Socks(self.cordon.socks_addr)

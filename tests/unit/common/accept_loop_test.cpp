@@ -5,6 +5,7 @@
 #include <chrono>
 #include <deque>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace cordon::common {
@@ -13,6 +14,7 @@ namespace {
 // An acceptor without sockets: each accept takes the next scripted error code (none: a
 // "socket", numbered from 1); when the script runs out the wait is cancelled.
 struct fake_acceptor {
+    using endpoint_type = int;  // the peer: 100 + the socket's number
     std::deque<error_code> script;
     bool open = true;
     int accepted = 0;
@@ -20,13 +22,18 @@ struct fake_acceptor {
     bool is_open() const { return open; }
 
     template <class Token>
-    awaitable<std::tuple<error_code, int>> async_accept(Token) {
+    awaitable<std::tuple<error_code, int>> async_accept(endpoint_type& peer, Token) {
         if (script.empty()) {
             co_return std::tuple<error_code, int>{net::error::operation_aborted, 0};
         }
         const error_code ec = script.front();
         script.pop_front();
-        co_return std::tuple<error_code, int>{ec, ec ? 0 : ++accepted};
+        if (ec) {
+            co_return std::tuple<error_code, int>{ec, 0};
+        }
+        ++accepted;
+        peer = 100 + accepted;
+        co_return std::tuple<error_code, int>{ec, accepted};
     }
 };
 
@@ -64,6 +71,18 @@ TEST_CASE("accept loop: serves each socket, backs off 100 ms on an error, stops 
     CHECK(served == std::vector<int>{1, 2, 3});
     CHECK(took >= std::chrono::milliseconds(100));  // one back-off
     CHECK(took < std::chrono::milliseconds(1000));
+}
+
+TEST_CASE("accept loop: a handler that takes the peer gets the one accept(2) named",
+          "[accept_loop]") {
+    fake_acceptor a;
+    a.script = {{}, emfile, {}};
+    std::vector<std::pair<int, int>> served;
+    run(a, [&served](int& s, const int& peer) {
+        served.emplace_back(s, peer);
+        return after_accept::next;
+    });
+    CHECK(served == std::vector<std::pair<int, int>>{{1, 101}, {2, 102}});
 }
 
 TEST_CASE("accept loop: no back-off without errors", "[accept_loop]") {
