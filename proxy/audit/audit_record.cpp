@@ -301,6 +301,24 @@ audit_record& audit_record::add(std::string_view key, double value) {
     return put_unless_secret(key, std::string_view(buf, static_cast<std::size_t>(end - buf)));
 }
 
+audit_record& audit_record::add_millis(std::string_view key, double ms) {
+    // 1e12 ms is 30 years: beyond it (or negative, NaN) nothing a timer measured.
+    if (!(ms >= 0 && ms < 1e12)) {
+        return put_unless_secret(key, "null");
+    }
+    const auto us = static_cast<std::uint64_t>(std::llround(ms * 1000));
+    char buf[32];
+    char* end = std::to_chars(buf, buf + 24, us / 1000).ptr;
+    if (std::uint64_t frac = us % 1000; frac != 0) {
+        *end++ = '.';
+        for (int d = 100; d > 0 && frac != 0; d /= 10) {
+            *end++ = static_cast<char>('0' + frac / static_cast<std::uint64_t>(d));
+            frac %= static_cast<std::uint64_t>(d);
+        }
+    }
+    return put_unless_secret(key, std::string_view(buf, static_cast<std::size_t>(end - buf)));
+}
+
 audit_record& audit_record::add(std::string_view key, bool value) {
     return put_unless_secret(key, value ? "true" : "false");
 }

@@ -58,9 +58,9 @@ audit::audit_record request_log::make(std::string_view event) const {
     if (!who_->job.empty()) {
         r.add("job", who_->job);
     }
-    r.add("client", *client_);
+    r.add_formatted("client", *client_);  // "address:port", as client_conn formats it
     if (!via.empty()) {
-        r.add("via", via);
+        r.add_formatted("via", via);  // a constant: "socks5"
     }
     return r;
 }
@@ -70,12 +70,12 @@ void request_log::open(std::string_view rule) {
         return;
     }
     auto r = make("conn.open");
-    r.add("target", target).add("ip", ip).add("method", who_->method);
+    r.add("target", target).add_formatted("ip", ip).add("method", who_->method);
     if (!path.empty()) {
         r.add("path", path);
     }
     if (!resolved.empty()) {
-        r.add("resolved", resolved);
+        r.add_formatted("resolved", resolved);  // the dialer's addresses, space-separated
         std::string().swap(resolved);
     }
     if (!rule.empty()) {
@@ -84,7 +84,7 @@ void request_log::open(std::string_view rule) {
     if (would_deny != config::deny_reason::none) {
         r.add("would_deny", config::to_string(would_deny));
     }
-    r.add("dns_ms", dns_ms).add("connect_ms", connect_ms);
+    r.add_millis("dns_ms", dns_ms).add_millis("connect_ms", connect_ms);
     sink_->write(std::move(r));
     state_ = state::open;
 }
@@ -170,7 +170,7 @@ void request_log::write_close(std::string_view reason, std::string_view sni) {
         std::chrono::steady_clock::now() - start);
     r.add("target", target)
         .add("method", who_->method)
-        .add("ip", ip)
+        .add_formatted("ip", ip)
         .add("bytes_up", bytes_up)
         .add("bytes_down", bytes_down)
         .add("duration_ms", static_cast<std::int64_t>(ms.count()))

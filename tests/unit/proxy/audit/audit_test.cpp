@@ -327,6 +327,35 @@ TEST_CASE("audit: numbers, booleans and null", "[audit]") {
     CHECK(o.at("null_ptr").is_null());
 }
 
+TEST_CASE("audit: milliseconds to the microsecond, and cordon's own formatted values", "[audit]") {
+    audit_record r("conn.open", fixed_ts);
+    r.add_millis("zero", 0)
+        .add_millis("small", 0.0431)
+        .add_millis("half", 12.5)
+        .add_millis("whole", 7)
+        .add_millis("below_a_microsecond", 0.0004)
+        .add_millis("rounds_up", 0.0005)
+        .add_millis("carry", 1.9999)
+        .add_millis("tens", 3.05)
+        .add_millis("big", 123456789.123)
+        .add_millis("negative", -1)
+        .add_millis("nan", std::numeric_limits<double>::quiet_NaN())
+        .add_millis("inf", std::numeric_limits<double>::infinity())
+        .add_millis("absurd", 1e13)
+        .add_millis("api_key", 1.5)  // a secret-looking name hides any value
+        .add_formatted("client", "127.0.0.1:54321")
+        .add_formatted("ip", "::1");
+    const std::string line = without_newline(r.to_json_line());
+    INFO(line);
+    CHECK(line.find(R"("zero":0,"small":0.043,"half":12.5,"whole":7,"below_a_microsecond":0,)"
+                    R"("rounds_up":0.001,"carry":2,"tens":3.05,"big":123456789.123,)"
+                    R"("negative":null,"nan":null,"inf":null,"absurd":null,)"
+                    R"("api_key":"REDACTED","client":"127.0.0.1:54321","ip":"::1"})") !=
+          std::string::npos);
+    INFO(line);
+    CHECK(parse_object(line).at("small").as_double() == 0.043);
+}
+
 TEST_CASE("audit: records redact secrets", "[audit]") {
     const std::string hex64(64, 'a');
     audit_record r("session.create", fixed_ts);
