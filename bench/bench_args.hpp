@@ -1,6 +1,7 @@
 #pragma once
 // What the C++ bench tools (tunnel_bench, setup_bench, kill_bench) share: `--name value`
-// options, IPv4 HOST:PORT parsing and the descriptor limit raised to its hard maximum.
+// options, IPv4 HOST:PORT parsing, the descriptor limit raised to its hard maximum and a
+// SOCKS5 client's handshake bytes.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -52,6 +53,36 @@ inline void raise_fd_limit() {
     ::getrlimit(RLIMIT_NOFILE, &rl);
     rl.rlim_cur = rl.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/// A SOCKS5 client's whole handshake, to be sent at once (a client that does not wait
+/// between messages): the greeting, RFC 1929 credentials when `auth` ("user:password") is
+/// given (else "no authentication", for a client admitted by address), CONNECT to the name
+/// `host` (ATYP 3) and `port`. The answers are 2 (method) + 2 when `auth` (credentials) + 10
+/// (the reply, an IPv4 bound address) bytes.
+inline std::string socks5_handshake(const std::string& host, int port, const std::string& auth) {
+    std::string g = auth.empty() ? std::string("\x05\x01\x00", 3) : std::string("\x05\x01\x02", 3);
+    if (!auth.empty()) {
+        const auto colon = auth.find(':');
+        const std::string u = auth.substr(0, colon);
+        const std::string p = colon == std::string::npos ? std::string() : auth.substr(colon + 1);
+        g += '\x01';
+        g += static_cast<char>(u.size());
+        g += u;
+        g += static_cast<char>(p.size());
+        g += p;
+    }
+    g += std::string("\x05\x01\x00\x03", 4);
+    g += static_cast<char>(host.size());
+    g += host;
+    g += static_cast<char>(port >> 8);
+    g += static_cast<char>(port & 0xff);
+    return g;
+}
+
+/// The answers socks5_handshake's bytes get when all goes well.
+inline std::size_t socks5_answers_size(const std::string& auth) {
+    return 2 + (auth.empty() ? 0 : 2) + 10;
 }
 
 }  // namespace cordon::bench

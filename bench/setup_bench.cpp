@@ -127,29 +127,6 @@ enum class State { connecting, head, socks_answer, awaiting_reply };
 
 // Greeting, credentials (when `auth` is "user:password") and a CONNECT request to
 // `target` ("name:port"), as one write: a client that does not wait between messages.
-std::string socks5_handshake(const std::string& target, const std::string& auth) {
-    std::string g = auth.empty() ? std::string("\x05\x01\x00", 3) : std::string("\x05\x01\x02", 3);
-    if (!auth.empty()) {
-        const auto colon = auth.find(':');
-        const std::string u = auth.substr(0, colon);
-        const std::string p = auth.substr(colon + 1);
-        g += '\x01';
-        g += static_cast<char>(u.size());
-        g += u;
-        g += static_cast<char>(p.size());
-        g += p;
-    }
-    const auto colon = target.rfind(':');
-    const std::string host = target.substr(0, colon);
-    const int port = std::stoi(target.substr(colon + 1));
-    g += std::string("\x05\x01\x00\x03", 4);
-    g += static_cast<char>(host.size());
-    g += host;
-    g += static_cast<char>(port >> 8);
-    g += static_cast<char>(port & 0xff);
-    return g;
-}
-
 struct Conn {
     int fd = -1;
     State state = State::connecting;
@@ -218,10 +195,12 @@ int main(int argc, char** argv) {
     connect_req += "\r\n";
     const bool socks = arg(argc, argv, "--socks5", "no") != "no";
     if (socks) {
-        connect_req = socks5_handshake(target, auth);
+        const auto colon = target.rfind(':');
+        connect_req = cordon::bench::socks5_handshake(target.substr(0, colon),
+                                                      std::stoi(target.substr(colon + 1)), auth);
     }
     // The SOCKS5 answers: method (2), credentials (2, when sent), request reply (10, IPv4).
-    const std::size_t socks_answer_len = 2 + (auth.empty() ? 0 : 2) + 10;
+    const std::size_t socks_answer_len = cordon::bench::socks5_answers_size(auth);
     // --relay: a plain TCP relay (no CONNECT) in front of the sink, e.g. haproxy in TCP mode.
     const std::string relay = arg(argc, argv, "--relay");
     const sockaddr_in dest = !relay.empty()  ? addr_of(relay)

@@ -100,30 +100,14 @@ void proxy_connect(int fd, const std::string& target, const std::string& auth) {
     }
 }
 
-// The SOCKS5 handshake instead (--socks5): greeting, RFC 1929 credentials when `auth` is
-// given (else "no authentication", for a client admitted by address), CONNECT to a name.
+// The SOCKS5 handshake instead (--socks5), sent at once (both proxies take it): see
+// cordon::bench::socks5_handshake.
 void socks5_connect(int fd, const std::string& host, int port, const std::string& auth) {
-    std::string g = auth.empty() ? std::string("\x05\x01\x00", 3) : std::string("\x05\x01\x02", 3);
-    if (!auth.empty()) {
-        const auto colon = auth.find(':');
-        const std::string u = auth.substr(0, colon);
-        const std::string p = auth.substr(colon + 1);
-        g += '\x01';
-        g += static_cast<char>(u.size());
-        g += u;
-        g += static_cast<char>(p.size());
-        g += p;
-    }
-    g += std::string("\x05\x01\x00\x03", 4);
-    g += static_cast<char>(host.size());
-    g += host;
-    g += static_cast<char>(port >> 8);
-    g += static_cast<char>(port & 0xff);
-    // Sent at once (a client that does not wait between messages; both proxies take it).
+    const std::string g = cordon::bench::socks5_handshake(host, port, auth);
     if (::send(fd, g.data(), g.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(g.size())) {
         die("send SOCKS5 handshake");
     }
-    const std::size_t want = 2 + (auth.empty() ? 0 : 2) + 10;
+    const std::size_t want = cordon::bench::socks5_answers_size(auth);
     char r[16];
     if (::recv(fd, r, want, MSG_WAITALL) != static_cast<ssize_t>(want) || r[want - 9] != 0) {
         die("SOCKS5 answer");
