@@ -394,6 +394,20 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
     st.target = make_target(parsed.value->host, parsed.value->port, target_text);
     host = st.target.host;
     port = st.target.port;
+    // cordon's own name (tool events, the inspection CA) is answered by cordon over HTTP and
+    // never resolved, decided or dialled, whatever the rules say. An HTTP CONNECT to it is
+    // answered 405 before this (serve_reserved); a SOCKS5 request for it ends here.
+    if (audit::is_reserved_host(st.target.name)) {
+        if (socks_) {
+            note_denial(st, 405, deny_reason::bad_request);
+            co_await socks_answer(socks5::request_answer(socks5::reply::not_allowed));
+            shutdown_client();
+            co_return;
+        }
+        co_await deny(st, 405, deny_reason::bad_request,
+                      "cordon.events is served by cordon itself over HTTP: nothing to tunnel to");
+        co_return;
+    }
 
     // Phase: decide. The policy snapshot stays alive for this tunnel's whole life.
     const auto policy = rt_.policy();
@@ -410,6 +424,9 @@ awaitable<void> client_conn::handle_connect(request_state& st, const std::string
         config::decide_args nargs = args;
         config::moded_decision by_name;
         for (const std::string& name : answered) {
+            if (audit::is_reserved_host(name)) {
+                continue;  // never decided as cordon's own name (above)
+            }
             nargs.host = name;
             by_name = config::decide_with_mode(nargs, *policy);
             if (by_name.effective.allowed()) {

@@ -140,6 +140,7 @@ private:
     awaitable<bool> socks_answer_or_hold(std::span<const std::uint8_t> bytes, bool pipelined);
     std::array<std::uint8_t, 4> socks_held_{};  ///< the method and credentials answers held
     std::uint8_t socks_held_size_ = 0;
+    bool socks_spoke_ = false;  ///< a whole greeting came: its end is recorded, not dismissed
 
     // The CONNECT path (client_conn.cpp).
     /// `answered`: for a SOCKS5 address target, the names cordon's resolver answered with

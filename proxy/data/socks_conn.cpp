@@ -22,7 +22,7 @@ awaitable<bool> client_conn::socks_read(request_state& st, beast::flat_buffer& b
                                         std::chrono::steady_clock::time_point deadline) {
     // A client that waits for the answers held before it sends the rest must have them.
     if (socks_held_size_ > 0 && !co_await socks_answer({})) {
-        st.log.dismiss();
+        note_denial(st, 400, deny_reason::bad_request);  // gone mid-handshake
         co_return false;
     }
     if (buffer.size() >= socks5::max_handshake_bytes) {
@@ -42,7 +42,7 @@ awaitable<bool> client_conn::socks_read(request_state& st, beast::flat_buffer& b
     if (!closed_by_.empty()) {
         co_return false;  // a kill: st.log says so
     }
-    if (buffer.size() == 0) {
+    if (buffer.size() == 0 && !socks_spoke_) {
         st.log.dismiss();  // connected and said nothing: nothing to answer, as HTTP
     } else {
         // Truncated (the client closed mid-message) or too slow (slowloris): refused,
@@ -97,6 +97,7 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
         co_return;
     }
     buffer.consume(g.consumed);
+    socks_spoke_ = true;  // from here an end without a request is a refused handshake
 
     // The network kill refuses everything, before credentials are read.
     if (rt_.kill.engaged()) {
@@ -111,7 +112,7 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
     if (g.userpass) {
         if (!co_await socks_answer_or_hold(socks5::method_answer(socks5::method_userpass),
                                            buffer.size() > 0)) {
-            st.log.dismiss();
+            note_denial(st, 400, deny_reason::bad_request);  // gone mid-handshake
             co_return;
         }
         socks5::credentials c;
@@ -135,13 +136,13 @@ awaitable<void> client_conn::serve_socks(request_state& st, beast::flat_buffer& 
         }
         buffer.consume(c.consumed);
         if (!co_await socks_answer_or_hold(socks5::credentials_answer(true), buffer.size() > 0)) {
-            st.log.dismiss();
+            note_denial(st, 400, deny_reason::bad_request);  // gone mid-handshake
             co_return;
         }
     } else if (g.no_auth && authenticate_source() == deny_reason::none) {
         if (!co_await socks_answer_or_hold(socks5::method_answer(socks5::method_no_auth),
                                            buffer.size() > 0)) {
-            st.log.dismiss();
+            note_denial(st, 400, deny_reason::bad_request);  // gone mid-handshake
             co_return;
         }
     } else {

@@ -33,7 +33,7 @@ def setUpModule():
     ECHO = H.EchoOrigin("echo")
     loop = {"A": ["127.0.0.1"]}
     DNS = H.FakeDNS({"web.test": loop, "raw.test": loop, "fake-ssh.test": loop,
-                     "ssh.test": loop, "git.test": loop})
+                     "ssh.test": loop, "git.test": loop, "cordon.events": loop})
 
 
 def tearDownModule():
@@ -57,6 +57,9 @@ def jobs_yaml(ssh_port=None):
         f"resolves_to: [127.0.0.0/8] }}\n"
         f"      - {{ cidr: 127.0.0.1/32, ports: [{HTTP.port}], protocol: tcp }}\n"
         f"      - {{ host: fake-ssh.test, ports: [{ECHO.port}], protocol: ssh, "
+        f"resolves_to: [127.0.0.0/8] }}\n"
+        # cordon's reserved name, allowed as if it were a host: still never dialled.
+        f"      - {{ host: cordon.events, ports: [{ECHO.port}], protocol: tcp, "
         f"resolves_to: [127.0.0.0/8] }}\n"
         + ssh_rule +
         "    identity: { ttl: 30m }\n"
@@ -496,6 +499,51 @@ class SocksRefusalTests(SocksTestCase):
             self.assertEqual(c.request("raw.test", ECHO.port)[1], 0)
         finally:
             c.close()
+
+    def test_cordons_reserved_name_is_never_resolved_or_dialled(self):
+        # A rule names cordon.events (and the loopback DNS would answer it): over SOCKS5 it
+        # is refused as over HTTP CONNECT (405): no lookup, no connection, one record.
+        n = ECHO.snapshot()
+        for name in ("cordon.events", "CORDON.EVENTS."):
+            c = Socks(self.cordon.socks_addr)
+            try:
+                self.assertEqual(c.connect(self.session, name, ECHO.port), 2)
+                self.assertTrue(c.closed())
+            finally:
+                c.close()
+        d = self.events("conn.deny", lambda e: e.get("target", "").lower().startswith(
+            "cordon.events"), count=2)
+        self.assertEqual([(e["reason"], e["status"]) for e in d], [("bad_request", 405)] * 2)
+        self.assertEqual(DNS.queries_for("cordon.events"), [])
+        self.assertEqual(ECHO.snapshot(), n)
+
+    def test_a_handshake_cut_after_a_whole_message_is_recorded(self):
+        # Connected and silent is nothing (as HTTP); but once a whole greeting (or greeting
+        # and accepted credentials) came, an end without a request is a refused handshake.
+        cases = [("greeting, then FIN", False, "fin"), ("greeting, then reset", False, "rst"),
+                 ("credentials, then FIN", True, "fin"), ("credentials, then reset", True, "rst"),
+                 ("credentials, then silence", True, "wait")]
+        for what, login, end in cases:
+            c = Socks(self.cordon.socks_addr)
+            me = "%s:%d" % c.s.getsockname()
+            try:
+                self.assertEqual(c.greet([2]), b"\x05\x02", what)
+                if login:
+                    self.assertEqual(c.login(self.session["id"], self.session["token"]),
+                                     b"\x01\x00", what)
+                if end == "fin":
+                    c.s.shutdown(socket.SHUT_WR)
+                elif end == "rst":
+                    c.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                else:
+                    self.assertTrue(c.closed(timeout=5), what)  # header_timeout: 2 s
+            finally:
+                c.close()
+            got = self.cordon.wait_events(lambda e, me=me: e.get("client") == me)
+            self.assertEqual([(e["event"], e.get("reason"), e.get("via")) for e in got],
+                             [("conn.deny", "bad_request", "socks5")], what)
+            if login:
+                self.assertEqual(got[0].get("session"), self.session["id"], what)
 
     def test_bind_and_udp_associate_are_command_not_supported(self):
         for cmd, name in ((2, "BIND"), (3, "UDP_ASSOCIATE")):
