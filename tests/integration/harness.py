@@ -1410,7 +1410,8 @@ class _CountingProtocol(asyncio.Protocol):
     def resume_writing(self):
         self.paused = False
         self.rec["paused"] = False
-        self._flood()
+        if self.origin.mode == "flood":  # an echo origin only answers what it reads
+            self._flood()
 
     def data_received(self, data):
         now = time.monotonic()
