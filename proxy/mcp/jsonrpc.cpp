@@ -633,6 +633,11 @@ std::string_view reason_message(config::deny_reason r) {
 
 }  // namespace
 
+std::string_view case_folded_name(std::string_view key,
+                                  std::initializer_list<std::string_view> names) {
+    return folds_to(key, names);
+}
+
 bool well_formed_json(std::string_view text, std::string& error) {
     reader* r = read_text(text, false, error);
     if (r == nullptr) {

@@ -4,6 +4,7 @@
 // gives in the server's place. Pure: no sockets; Boost.JSON stays in the .cpp.
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,12 @@ bool parse_request_body(std::string_view body, request_body& out, std::string& e
 /// True when `text` is one JSON text cordon reads as any server would: no duplicate member
 /// names anywhere, nested at most max_depth; otherwise false with the reason in `error`.
 bool well_formed_json(std::string_view text, std::string& error);
+
+/// The one of `names` that `key` is to a reader matching member names without regard to
+/// case (Go's encoding/json: ASCII case, U+017F and U+212A) but does not equal; "" when it
+/// is one of them exactly or none.
+std::string_view case_folded_name(std::string_view key,
+                                  std::initializer_list<std::string_view> names);
 
 /// How a tools/call is decided: the tool named, against the rule and the session's pins.
 struct call_verdict {

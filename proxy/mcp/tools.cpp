@@ -93,6 +93,69 @@ bool finite_numbers(const json::value& v) {
     return true;
 }
 
+std::string_view key_of(const json::key_value_pair& kv) {
+    return {kv.key().data(), kv.key().size()};
+}
+
+// A message a lenient reader could take differently from cordon where it matters to the
+// filter: a member of `result` that case-folds to "tools" (Go's encoding/json would read
+// "Tools" or "toolſ" as the list the filter never saw), a tool's member that case-folds to
+// "name", or a message that is a request and a response at once (tools_of() skips requests;
+// a client that dispatches on `result` would not). Refused, not passed; "" when none.
+std::string_view ambiguity(const json::value& msg) {
+    const json::object* o = msg.if_object();
+    if (o == nullptr) {
+        return {};
+    }
+    const json::value* result = o->if_contains("result");
+    if (result == nullptr) {
+        return {};
+    }
+    if (o->contains("method")) {
+        return "a message with both method and result";
+    }
+    const json::object* r = result->if_object();
+    if (r == nullptr) {
+        return {};
+    }
+    for (const auto& kv : *r) {
+        if (!case_folded_name(key_of(kv), {"tools"}).empty()) {
+            return "a result member whose name case-folds to \"tools\"";
+        }
+    }
+    const json::value* tools = r->if_contains("tools");
+    if (tools == nullptr || !tools->is_array()) {
+        return {};
+    }
+    for (const json::value& t : tools->get_array()) {
+        if (const json::object* def = t.if_object()) {
+            for (const auto& kv : *def) {
+                if (!case_folded_name(key_of(kv), {"name"}).empty()) {
+                    return "a tool member whose name case-folds to \"name\"";
+                }
+            }
+        }
+    }
+    return {};
+}
+
+// Any "tool... member name, in any case: every name that case-folds to "tools" starts so
+// ('t', 'o' and 'l' fold to nothing but themselves).
+bool may_name_tools(std::string_view text) {
+    for (std::size_t at = text.find('"'); at != std::string_view::npos;
+         at = text.find('"', at + 1)) {
+        if (text.size() - at >= 5) {
+            const std::string_view w = text.substr(at + 1, 4);
+            if (std::equal(w.begin(), w.end(), "tool", [](char a, char b) {
+                    return (a >= 'A' && a <= 'Z' ? static_cast<char>(a - 'A' + 'a') : a) == b;
+                })) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 // Filters one message in place; true when it changed. `reported` holds the tools already
 // named in r.changes (a list of 40,000 tools costs one pass, not a pass per tool).
 bool filter_one(json::value& msg, const filter_context& ctx, filter_result& r,
@@ -214,8 +277,7 @@ filter_result filter_server_message(std::string_view text, const filter_context&
         r.ok = false;
         return r;
     }
-    if (text.find("\"tools\"") == std::string_view::npos &&
-        text.find("\\u") == std::string_view::npos) {
+    if (!may_name_tools(text) && text.find("\\u") == std::string_view::npos) {
         return r;
     }
     json::parse_options opt;
@@ -230,6 +292,23 @@ filter_result filter_server_message(std::string_view text, const filter_context&
     if (!finite_numbers(v)) {
         r.ok = false;
         r.error = "a number out of range";
+        return r;
+    }
+    const auto refuse_ambiguous = [&r](const json::value& m) {
+        const std::string_view why = ambiguity(m);
+        if (!why.empty()) {
+            r.ok = false;
+            r.error = std::string(why);
+        }
+        return !why.empty();
+    };
+    if (json::array* batch = v.if_array()) {
+        for (const json::value& m : *batch) {
+            if (refuse_ambiguous(m)) {
+                return r;
+            }
+        }
+    } else if (refuse_ambiguous(v)) {
         return r;
     }
     bool changed = false;

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include <string>
+#include <vector>
 
 using namespace cordon::proxy::mcp;
 namespace json = boost::json;
@@ -87,6 +88,40 @@ TEST_CASE("mcp tools: tools/list keeps the allowed tools, the rest as it was", "
     const filter_context report{s, true, nullptr, "s1", "mcp.example"};
     out.clear();
     CHECK_FALSE(filter_server_message(list(search + "," + del), report, out).rewritten);
+}
+
+TEST_CASE("mcp tools: an answer a case-blind reader would read differently is refused", "[mcp]") {
+    // Go's encoding/json matches member names without regard to case (the last match wins):
+    // a list under "Tools" or "toolſ", or a tool whose "Name" is another, would reach such a
+    // client unfiltered. Not readable the one way: refused, as an unreadable answer.
+    const auto s = spec();
+    const filter_context ctx{s, false, nullptr, "s1", "mcp.example"};
+    std::string out;
+    for (
+        const std::string& m : std::vector<std::string>{
+            R"({"jsonrpc":"2.0","id":1,"result":{"Tools":[{"name":"delete_repo"}]}})",
+            R"({"jsonrpc":"2.0","id":1,"result":{"TOOLS":[{"name":"delete_repo"}]}})",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tool\xc5\xbf\":[{\"name\":\"x\"}]}}",
+            R"({"jsonrpc":"2.0","id":1,"result":{"tools":[],"TOOLS":[{"name":"delete_repo"}]}})",
+            R"({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"search","Name":"delete_repo"}]}})",
+            R"({"jsonrpc":"2.0","id":1,"result":{"Tools":[{"name":"delete_repo"}]}})",
+            R"({"jsonrpc":"2.0","id":1,"method":"x","result":{"tools":[{"name":"delete_repo"}]}})",
+            "[" + list(search) + R"(,{"jsonrpc":"2.0","id":2,"result":{"Tools":[]}}])",
+        }) {
+        out.clear();
+        const filter_result r = filter_server_message(m, ctx, out);
+        INFO(m);
+        CHECK_FALSE(r.ok);
+        CHECK_FALSE(r.error.empty());
+        CHECK(out.empty());
+    }
+    // Exact names stay fine, and a call's answer may say "tool" anywhere.
+    CHECK(filter_server_message(list(search), ctx, out).ok);
+    CHECK(
+        filter_server_message(
+            R"({"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"Tool"}],"toolbox":1}})",
+            ctx, out)
+            .ok);
 }
 
 TEST_CASE("mcp tools: a definition pinned per session; a change refuses the tool", "[mcp]") {
